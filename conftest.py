@@ -1,0 +1,118 @@
+"""Root conftest of pytest-k3accept's own tests: pytester, the ``live`` marker and the real
+vLLM testbed servers.
+
+``testbed`` is one healthy embedded vLLM CPU server for the whole session;
+``testbed_factory`` starts further servers with other arguments (small KV cache, broken
+models ...) and stops them all at the end. When the testbed cannot be installed here, live
+tests skip with the reason, unless ``K3ACCEPT_LIVE_REQUIRED=1`` (set by ``.ci/run``), which
+makes that skip a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+LIVE_REQUIRED = os.environ.get("K3ACCEPT_LIVE_REQUIRED") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "live: needs the real vLLM CPU testbed")
+
+
+def _unavailable(reason: str) -> None:
+    if LIVE_REQUIRED:
+        pytest.fail(f"live testbed required (K3ACCEPT_LIVE_REQUIRED=1): {reason}",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    report = yield
+    if LIVE_REQUIRED and report.skipped and item.get_closest_marker("live"):
+        report.outcome = "failed"
+        report.longrepr = f"live test skipped while K3ACCEPT_LIVE_REQUIRED=1: {report.longrepr}"
+    return report
+
+
+@dataclass
+class TestbedServer:
+    """A running testbed server: URL, log, process and the variant it serves."""
+
+    base_url: str
+    log_path: Path
+    process: Any
+    variant: str
+    args: tuple[str, ...]
+    startup_s: float = 0.0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _start(tmp: Path, variant: str, args: tuple[str, ...], kv_cache_bytes: int,
+           max_model_len: int, expect_ready: bool, timeout: float) -> TestbedServer:
+    from pytest_k3accept import testbed
+    from pytest_k3accept.server.launch import LaunchError, ServerProcess, free_port
+
+    reason = testbed.unavailable_reason()
+    if reason:
+        _unavailable(reason)
+    model = testbed.build_model(variant)
+    port = free_port()
+    cmd = testbed.server_command(model, port=port, max_model_len=max_model_len,
+                                 kv_cache_bytes=kv_cache_bytes, extra_args=args)
+    log = tmp / f"vllm-{variant}-{port}.log"
+    proc = ServerProcess()
+    proc.start(cmd, env=testbed.server_env(), log_path=log)
+    server = TestbedServer(f"http://127.0.0.1:{port}", log, proc, variant, args)
+    t0 = time.monotonic()
+    try:
+        proc.wait_ready(server.base_url, timeout)
+    except LaunchError as exc:
+        server.error = str(exc)
+        if expect_ready:
+            proc.stop()
+            pytest.fail(f"testbed server ({variant} {args}) did not start: {exc}",
+                        pytrace=False)
+    server.startup_s = time.monotonic() - t0
+    return server
+
+
+@pytest.fixture(scope="session")
+def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[Callable[..., TestbedServer]]:
+    """Start real vLLM testbed servers: ``testbed_factory(variant="tiny", args=(...),
+    kv_cache_bytes=..., max_model_len=..., expect_ready=True)``; all stopped at the end."""
+    started: list[TestbedServer] = []
+    tmp = tmp_path_factory.mktemp("testbed")
+
+    def factory(variant: str = "tiny", args: tuple[str, ...] = (),
+                kv_cache_bytes: int = 1 << 30, max_model_len: int = 2048,
+                expect_ready: bool = True, timeout: float = 300.0) -> TestbedServer:
+        server = _start(tmp, variant, tuple(args), kv_cache_bytes, max_model_len,
+                        expect_ready, timeout)
+        started.append(server)
+        return server
+
+    try:
+        yield factory
+    finally:
+        for server in started:
+            server.process.stop()
+
+
+@pytest.fixture(scope="session")
+def testbed(testbed_factory: Callable[..., TestbedServer]) -> TestbedServer:
+    """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache)."""
+    return testbed_factory()

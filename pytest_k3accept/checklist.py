@@ -1,0 +1,117 @@
+"""The acceptance checklist C1-C12 and the place that decides each item.
+
+Each test contributes to checklist items through its markers: ``k3_check("C6")`` names items
+explicitly, and the plugin's other markers imply theirs (``k3_driver`` -> C4, ...; see
+:data:`MARKER_ITEMS`). After the session, an item is ``pass`` when every test that decided it
+passed, ``fail`` when any of them failed, ``skip`` when all were skipped, and ``not-checked``
+when no test touched it. No pytest import: the collector is fed plain outcomes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+#: id -> (slug, what the item asks)
+ITEMS: dict[str, tuple[str, str]] = {
+    "C1": ("oom-phase", "each OOM is classified: during weight loading, during KV-cache sizing, "
+           "or after the first request"),
+    "C2": ("init-vs-first-response", "model init completion and first response are recorded "
+           "as two separate events"),
+    "C3": ("cuda13-image", "the image and its CUDA 13 runtime path are confirmed"),
+    "C4": ("driver-r580", "host driver is R580 or newer"),
+    "C5": ("topology", "hardware matches the official parallel topology (GPU count, TP/EP/DP, "
+           "NVLink vs RDMA all-to-all path)"),
+    "C6": ("request-set", "the real agent request set (system prompt, tool definitions, "
+           "representative inputs) is fixed"),
+    "C7": ("one-variable", "context length and concurrency were changed one at a time"),
+    "C8": ("prefix-cache-ab", "prefix caching on vs off compared on the same request set"),
+    "C9": ("metrics-saved", "peak memory, cache-hit state, latency and error rate are saved"),
+    "C10": ("failover-headroom", "headroom for failure recovery at the target load is checked "
+            "separately"),
+    "C11": ("load-vs-capacity", "a loading failure and a capacity shortage are recorded as "
+            "different verdicts"),
+    "C12": ("layers", "which layers can be changed here (host driver, container, network) is "
+            "recorded"),
+}
+
+#: markers that imply checklist items (extended by later features; teams use ``k3_check``)
+MARKER_ITEMS: dict[str, tuple[str, ...]] = {
+    "k3_driver": ("C4",),
+    "k3_cuda": ("C3",),
+    "k3_topology": ("C5",),
+    "k3_startup": ("C2",),
+    "k3_headroom": ("C9", "C10"),
+}
+
+PASS, FAIL, SKIP, NOT_CHECKED = "pass", "fail", "skip", "not-checked"
+
+
+def normalize(item: str) -> str:
+    """Accept ``"C4"``, ``"c4"`` or a slug (``"driver-r580"``); return the id or raise."""
+    key = item.strip().upper()
+    if key in ITEMS or key in _CUSTOM:
+        return key
+    for cid, (slug, _) in ITEMS.items():
+        if slug == item.strip().lower():
+            return cid
+    known = ", ".join(f"{k} ({v[0]})" for k, v in {**ITEMS, **_CUSTOM}.items())
+    raise ValueError(f"unknown checklist item {item!r}; known items: {known}")
+
+
+_CUSTOM: dict[str, tuple[str, str]] = {}
+
+
+def register_item(cid: str, slug: str, text: str) -> None:
+    """Add a team's own checklist item (shown in the report's table after C1-C12)."""
+    cid = cid.strip().upper()
+    if cid in ITEMS:
+        raise ValueError(f"{cid} is a built-in checklist item")
+    _CUSTOM[cid] = (slug, text)
+
+
+def all_items() -> dict[str, tuple[str, str]]:
+    """Built-in items followed by registered custom ones."""
+    return {**ITEMS, **_CUSTOM}
+
+
+@dataclass
+class ItemResult:
+    """The decided state of one checklist item with the tests that decided it."""
+
+    id: str
+    slug: str
+    text: str
+    status: str = NOT_CHECKED
+    tests: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.id, "slug": self.slug, "text": self.text, "status": self.status,
+                "tests": list(self.tests)}
+
+
+@dataclass
+class Checklist:
+    """Collects per-test outcomes for checklist items and decides each item."""
+
+    outcomes: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def add(self, items: Iterable[str], nodeid: str, outcome: str, message: str = "") -> None:
+        """Record that test ``nodeid`` ended with ``outcome`` (pass/fail/skip) for items."""
+        for item in items:
+            self.outcomes.append((normalize(item), nodeid, outcome, message))
+
+    def results(self) -> dict[str, ItemResult]:
+        """Decide every item: fail beats pass beats skip beats not-checked."""
+        table = {cid: ItemResult(cid, slug, text) for cid, (slug, text) in all_items().items()}
+        rank = {NOT_CHECKED: 0, SKIP: 1, PASS: 2, FAIL: 3}
+        for cid, nodeid, outcome, message in self.outcomes:
+            res = table[cid]
+            res.tests.append({"nodeid": nodeid, "outcome": outcome, "message": message})
+            if rank[outcome] > rank[res.status]:
+                res.status = outcome
+        return table
+
+    def statuses(self) -> Mapping[str, str]:
+        """id -> status, for the verdict."""
+        return {cid: r.status for cid, r in self.results().items()}

@@ -1,0 +1,64 @@
+"""The ``k3accept`` console command.
+
+Subcommands:
+  ``k3accept collect [--out FILE]``      host facts of this node as JSON (run on each GPU node)
+  ``k3accept testbed install``           install the embedded CPU vLLM testbed (idempotent)
+  ``k3accept testbed model [VARIANT]``   build (or find) a tiny random-weight test model
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def _testbed(args: argparse.Namespace) -> int:
+    from . import testbed
+
+    if args.action == "install":
+        path = testbed.install(log=lambda line: print(line, file=sys.stderr))
+        print(path)
+        return 0
+    if args.action == "model":
+        print(testbed.build_model(args.variant))
+        return 0
+    reason = testbed.unavailable_reason()
+    print(reason or f"testbed ready: {testbed.venv_dir()}")
+    return 1 if reason else 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from .host import collect
+
+    return collect.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="k3accept", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    tb = sub.add_parser("testbed", help="the embedded CPU vLLM testbed")
+    tb.add_argument("action", choices=("install", "model", "status"))
+    tb.add_argument("variant", nargs="?", default="tiny", choices=("tiny", "head16", "huge"))
+    tb.set_defaults(func=_testbed)
+    col = sub.add_parser("collect", help="write this node's host facts (JSON)")
+    col.add_argument("--out", "-o", default="-", help="output file (default: stdout)")
+    col.add_argument("--image", default=None, help="container image reference, if known")
+    col.set_defaults(func=_collect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a console tool answers with a message, not a traceback
+        print(f"k3accept {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

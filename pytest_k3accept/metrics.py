@@ -1,0 +1,231 @@
+"""``/metrics`` snapshots and deltas of a vLLM server (prometheus_client's text parser).
+
+A :class:`Snapshot` is an immutable map of samples; ``later - earlier`` gives a :class:`Delta`
+for counters. Typed accessors cover what acceptance decisions need: prefix-cache hit rate,
+KV-cache usage, preemptions, running/waiting requests, successes by finish reason, histogram
+sums/counts, and the live cache config from ``vllm:cache_config_info``. Series are summed over
+label sets (``model_name``, ``engine``) unless a label filter is given. A server that exposes
+no vLLM metrics (``--disable-log-stats``, or not vLLM at all) yields
+:class:`MetricsUnavailable` with a message saying so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class MetricsUnavailable(Exception):
+    """The server has no (vLLM) metrics; features that need them are not available."""
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else math.nan
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Samples of one scrape: ``{(sample_name, labels): value}`` plus the scrape time."""
+
+    samples: Mapping[tuple[str, Labels], float]
+    at: float = field(default_factory=time.time)
+
+    @classmethod
+    def parse(cls, text: str, at: float | None = None) -> "Snapshot":
+        """Parse Prometheus text exposition (raises ``ValueError`` on malformed text)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        samples: dict[tuple[str, Labels], float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                samples[key] = _finite(float(s.value))
+        return cls(samples, time.time() if at is None else at)
+
+    @property
+    def has_vllm(self) -> bool:
+        """True when any ``vllm:`` series is present."""
+        return any(name.startswith("vllm:") for name, _ in self.samples)
+
+    def series(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
+        """All samples called ``name`` whose labels include ``match``."""
+        out = []
+        for (sname, labels), value in self.samples.items():
+            if sname != name:
+                continue
+            ld = dict(labels)
+            if all(ld.get(k) == v for k, v in match.items()):
+                out.append((ld, value))
+        return out
+
+    def value(self, name: str, default: float | None = None, **match: str) -> float | None:
+        """Sum of the matching series, or ``default`` when none exists."""
+        found = [v for _, v in self.series(name, **match) if not math.isnan(v)]
+        return sum(found) if found else default
+
+    def __sub__(self, earlier: "Snapshot") -> "Delta":
+        return Delta(earlier, self)
+
+    # -- typed accessors (gauges and config) -------------------------------------------
+    def kv_cache_usage(self) -> float | None:
+        """``vllm:kv_cache_usage_perc``: fraction of KV cache in use (1.0 = full)."""
+        return self.value("vllm:kv_cache_usage_perc")
+
+    def running(self) -> float | None:
+        """Requests running now."""
+        return self.value("vllm:num_requests_running")
+
+    def waiting(self) -> float | None:
+        """Requests queued now."""
+        return self.value("vllm:num_requests_waiting")
+
+    def cache_config(self) -> dict[str, str]:
+        """Labels of ``vllm:cache_config_info`` (live cache configuration), or ``{}``."""
+        found = self.series("vllm:cache_config_info")
+        if not found:
+            return {}
+        labels = dict(found[0][0])
+        labels.pop("model_name", None)
+        labels.pop("engine", None)
+        return labels
+
+    def prefix_caching_enabled(self) -> bool | None:
+        """The live ``enable_prefix_caching`` flag, if the server reports its config."""
+        flag = self.cache_config().get("enable_prefix_caching")
+        return None if flag is None else flag.strip().lower() == "true"
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Counter increases between two snapshots of the same server."""
+
+    earlier: Snapshot
+    later: Snapshot
+
+    @property
+    def seconds(self) -> float:
+        return self.later.at - self.earlier.at
+
+    def increase(self, name: str, **match: str) -> float:
+        """Increase of a counter (summed over matching series; a reset counts from 0)."""
+        total = 0.0
+        before = {tuple(sorted(lbl.items())): v for lbl, v in self.earlier.series(name, **match)}
+        for labels, value in self.later.series(name, **match):
+            prev = before.get(tuple(sorted(labels.items())), 0.0)
+            if math.isnan(value):
+                continue
+            total += value - prev if value >= prev else value
+        return total
+
+    def prompt_tokens(self) -> float:
+        return self.increase("vllm:prompt_tokens_total")
+
+    def generation_tokens(self) -> float:
+        return self.increase("vllm:generation_tokens_total")
+
+    def preemptions(self) -> float:
+        return self.increase("vllm:num_preemptions_total")
+
+    def prefix_cache_queries(self) -> float:
+        return self.increase("vllm:prefix_cache_queries_total")
+
+    def prefix_cache_hits(self) -> float:
+        return self.increase("vllm:prefix_cache_hits_total")
+
+    def prefix_cache_hit_rate(self) -> float | None:
+        """hits / queries over the interval (tokens), or None when nothing was queried."""
+        queries = self.prefix_cache_queries()
+        return self.prefix_cache_hits() / queries if queries > 0 else None
+
+    def successes(self) -> dict[str, float]:
+        """``vllm:request_success_total`` increase per ``finished_reason``."""
+        out: dict[str, float] = {}
+        for labels, _ in self.later.series("vllm:request_success_total"):
+            reason = labels.get("finished_reason", "")
+            if reason not in out:
+                out[reason] = self.increase("vllm:request_success_total",
+                                            finished_reason=reason)
+        return out
+
+    def histogram(self, name: str) -> tuple[float, float]:
+        """(sum, count) increase of a histogram, e.g. ``vllm:time_to_first_token_seconds``."""
+        return self.increase(f"{name}_sum"), self.increase(f"{name}_count")
+
+    def histogram_mean(self, name: str) -> float | None:
+        total, count = self.histogram(name)
+        return total / count if count else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures an acceptance record keeps."""
+        return {
+            "seconds": self.seconds,
+            "prompt_tokens": self.prompt_tokens(),
+            "generation_tokens": self.generation_tokens(),
+            "preemptions": self.preemptions(),
+            "prefix_cache_queries": self.prefix_cache_queries(),
+            "prefix_cache_hits": self.prefix_cache_hits(),
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate(),
+            "successes": self.successes(),
+            "queue_time_sum": self.histogram("vllm:request_queue_time_seconds")[0],
+            "ttft_mean": self.histogram_mean("vllm:time_to_first_token_seconds"),
+            "e2e_mean": self.histogram_mean("vllm:e2e_request_latency_seconds"),
+        }
+
+
+def parse_many(texts: Iterable[str]) -> list[Snapshot]:
+    return [Snapshot.parse(t) for t in texts]
+
+
+class MetricsScraper:
+    """Scrapes ``{base_url}/metrics``; sync and async variants share the parsing."""
+
+    def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
+                 timeout: float = 10.0) -> None:
+        self.url = f"{base_url.rstrip('/')}/metrics"
+        self.headers = dict(headers or {})
+        self.timeout = timeout
+
+    def _check(self, status: int, text: str) -> Snapshot:
+        if status == 404:
+            raise MetricsUnavailable(f"{self.url} answered 404: not available from this "
+                                     "server (not vLLM, or metrics disabled)")
+        if status != 200:
+            raise MetricsUnavailable(f"{self.url} answered HTTP {status}")
+        try:
+            snap = Snapshot.parse(text)
+        except ValueError as exc:
+            raise MetricsUnavailable(f"{self.url} returned text that is not Prometheus "
+                                     f"exposition format: {exc}") from None
+        if not snap.has_vllm:
+            raise MetricsUnavailable(f"{self.url} exposes no vllm: series: not available "
+                                     "from this server (started with --disable-log-stats, "
+                                     "or not a vLLM server)")
+        return snap
+
+    def scrape(self) -> Snapshot:
+        """One synchronous scrape."""
+        import httpx
+
+        try:
+            resp = httpx.get(self.url, headers=self.headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise MetricsUnavailable(f"cannot scrape {self.url}: {type(exc).__name__}") from None
+        return self._check(resp.status_code, resp.text)
+
+    async def ascrape(self, http: Any = None) -> Snapshot:
+        """One asynchronous scrape (optionally through an existing ``httpx.AsyncClient``)."""
+        import httpx
+
+        try:
+            if http is None:
+                async with httpx.AsyncClient(headers=self.headers, timeout=self.timeout) as c:
+                    resp = await c.get(self.url)
+            else:
+                resp = await http.get(self.url, headers=self.headers)
+        except httpx.HTTPError as exc:
+            raise MetricsUnavailable(f"cannot scrape {self.url}: {type(exc).__name__}") from None
+        return self._check(resp.status_code, resp.text)

@@ -1,0 +1,49 @@
+"""pytest entry point of pytest-k3accept: options, hookspecs and the feature wiring.
+
+Registered through ``[project.entry-points.pytest11] k3accept``; disable with
+``-p no:k3accept``. Importing this module is cheap: it opens no socket and loads no NVML;
+fixtures do their work only when a test asks for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from . import settings as _settings
+from .state import RunState
+from .wiring import SETTINGS_KEY, STATE_KEY
+
+#: feature wiring modules, each a small pytest plugin of its own
+WIRING: tuple[str, ...] = (
+    "pytest_k3accept.wiring.checks",
+    "pytest_k3accept.wiring.endpoint",
+    "pytest_k3accept.wiring.server",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    _settings.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+    if pluginmanager.get_name(sys.modules[__name__]) != "k3accept" and not (
+            pluginmanager.has_plugin("k3accept")):
+        # loaded with ``-p pytest_k3accept.plugin``: hold the entry point's name so that
+        # the installed entry point does not register this module a second time
+        pluginmanager.register(types.SimpleNamespace(), "k3accept")
+    for name in WIRING:
+        if pluginmanager.get_plugin(name) is None:
+            pluginmanager.register(importlib.import_module(name), name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[SETTINGS_KEY] = _settings.from_config(config)
+    config.stash[STATE_KEY] = RunState()

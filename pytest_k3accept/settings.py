@@ -1,0 +1,229 @@
+"""Options, ini values and environment variables -> one validated, frozen :class:`Settings`.
+
+Every command-line option of the plugin is declared once, in :data:`OPTIONS`, with its ini
+fallback and (where it has one) its environment variable. Precedence: command line, then
+environment variable, then ini value, then default.
+
+The API key is never an option value: ``--k3-api-key-env`` names the *environment variable*
+that holds it, so the key cannot leak through the command line, ``ps`` or a CI log.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+import pytest
+
+GROUP = "k3accept"
+
+#: the value of ``--k3-launch`` that starts the embedded CPU testbed (never implicit)
+TESTBED = "testbed"
+
+
+def _url(value: str, option: str) -> str:
+    value = value.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise pytest.UsageError(
+            f"{option}: {value!r} is not an http(s) URL; expected e.g. http://host:8000"
+        )
+    try:
+        parts.port
+    except ValueError:
+        raise pytest.UsageError(f"{option}: {value!r} has an invalid port") from None
+    if parts.path.endswith("/v1"):
+        value = value[: -len("/v1")]
+    return value
+
+
+def _positive(value: str, option: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{option}: {value!r} is not a number of seconds") from None
+    if not math.isfinite(number) or number <= 0:
+        raise pytest.UsageError(f"{option}: must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def _env_name(value: str, option: str) -> str:
+    if not value or not value.replace("_", "a").isalnum() or value[0].isdigit():
+        raise pytest.UsageError(
+            f"{option}: {value!r} is not an environment variable name; pass the NAME of the "
+            "variable that holds the key (e.g. K3ACCEPT_API_KEY), never the key itself"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``--name``, ini key, environment variable, parser and help."""
+
+    name: str
+    help: str
+    default: Any = None
+    env: str | None = None
+    parse: Callable[[str, str], Any] | None = None
+    multiple: bool = False
+    flag: bool = False
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--k3-endpoint", "base URL of the vLLM OpenAI-compatible server (repeatable: "
+           "further endpoints are replicas / the B side of an A/B)", env="K3ACCEPT_ENDPOINT",
+           parse=_url, multiple=True, metavar="URL"),
+    Option("--k3-model", "served model name (default: discovered from /v1/models)",
+           env="K3ACCEPT_MODEL", metavar="NAME"),
+    Option("--k3-api-key-env", "NAME of the environment variable holding the API key "
+           "(the key itself is never accepted as an option)", default="K3ACCEPT_API_KEY",
+           parse=_env_name, metavar="NAME"),
+    Option("--k3-timeout", "per-request timeout in seconds", default=60.0, parse=_positive,
+           env="K3ACCEPT_TIMEOUT", metavar="SECONDS"),
+    Option("--k3-require", "a missing or unreachable endpoint (or unknown facts) is an error, "
+           "not a skip; use in pipelines", flag=True, env="K3ACCEPT_REQUIRE"),
+    Option("--k3-launch", "start the server under test: a shell COMMAND, or 'testbed' for the "
+           "embedded CPU vLLM testbed (only ever started when asked for)", metavar="COMMAND"),
+    Option("--k3-launch-timeout", "seconds to wait for a launched server to become ready",
+           default=600.0, parse=_positive, metavar="SECONDS"),
+    Option("--k3-server-log", "log file of an externally started server, read as it grows",
+           metavar="PATH"),
+    Option("--k3-host-facts", "facts file written by 'k3accept collect' (repeatable: one per "
+           "node)", multiple=True, metavar="PATH"),
+    Option("--k3-dcgm-url", "dcgm-exporter /metrics URL for remote GPU facts and telemetry",
+           parse=_url, metavar="URL"),
+    Option("--k3-prometheus-url", "Prometheus server URL (PromQL over its HTTP API) for "
+           "remote GPU facts and telemetry", parse=_url, metavar="URL"),
+    Option("--k3-image", "container image reference of the deployment", metavar="REF"),
+    Option("--k3-gpu-interval", "GPU telemetry sampling interval in seconds", default=0.5,
+           parse=_positive, metavar="SECONDS"),
+    Option("--k3-profile", "load profile file (TOML or JSON)", env="K3ACCEPT_PROFILE",
+           metavar="PATH"),
+    Option("--k3-preset", "deployment preset: a name shipped with the plugin (default "
+           "'kimi-k3') or a path to a preset file", default="kimi-k3", metavar="NAME|PATH"),
+    Option("--k3-record", "write the reproduction record (JSON) to PATH", metavar="PATH"),
+    Option("--k3-artifacts", "directory for server logs, charts and screenshots",
+           default="artifacts", metavar="DIR"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The plugin's validated configuration for one pytest session."""
+
+    endpoints: tuple[str, ...] = ()
+    model: str | None = None
+    api_key_env: str = "K3ACCEPT_API_KEY"
+    timeout: float = 60.0
+    require: bool = False
+    launch: str | None = None
+    launch_timeout: float = 600.0
+    server_log: Path | None = None
+    host_facts: tuple[Path, ...] = ()
+    dcgm_url: str | None = None
+    prometheus_url: str | None = None
+    image: str | None = None
+    gpu_interval: float = 0.5
+    profile: Path | None = None
+    preset: str = "kimi-k3"
+    record: Path | None = None
+    artifacts: Path = Path("artifacts")
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str | None:
+        """The primary endpoint URL, if any."""
+        return self.endpoints[0] if self.endpoints else None
+
+    @property
+    def launch_testbed(self) -> bool:
+        return self.launch is not None and self.launch.strip() == TESTBED
+
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The API key, read from the environment variable named by ``api_key_env``."""
+        value = (environ if environ is not None else os.environ).get(self.api_key_env)
+        return value or None
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Declare every option in the ``k3accept`` group with its ini fallback."""
+    group = parser.getgroup(GROUP, "k3accept: acceptance of a live LLM deployment")
+    for opt in OPTIONS:
+        ini_name = opt.dest
+        env = f" [env {opt.env}]" if opt.env else ""
+        if opt.flag:
+            group.addoption(opt.name, action="store_true", default=None, dest=opt.dest,
+                            help=opt.help + env)
+            parser.addini(ini_name, opt.help, type="bool", default=False)
+        elif opt.multiple:
+            group.addoption(opt.name, action="append", default=None, dest=opt.dest,
+                            metavar=opt.metavar, help=opt.help + env)
+            parser.addini(ini_name, opt.help, type="linelist", default=[])
+        else:
+            group.addoption(opt.name, action="store", default=None, dest=opt.dest,
+                            metavar=opt.metavar, help=f"{opt.help} (default: {opt.default})"
+                            + env if opt.default is not None else opt.help + env)
+            parser.addini(ini_name, opt.help, default=None)
+
+
+def _raw(config: pytest.Config, opt: Option, environ: Mapping[str, str]) -> Any:
+    value = config.getoption(opt.dest, default=None)
+    if value not in (None, []):
+        return value
+    if opt.env and environ.get(opt.env):
+        raw = environ[opt.env]
+        if opt.flag:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if opt.multiple:
+            return [v for v in (p.strip() for p in raw.split(",")) if v]
+        return raw
+    ini = config.getini(opt.dest)
+    if ini not in (None, [], ""):
+        return ini
+    return opt.default
+
+
+def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
+    """Build and validate :class:`Settings`; bad values raise :class:`pytest.UsageError`."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw = _raw(config, opt, environ)
+        if opt.flag:
+            values[opt.dest] = bool(raw)
+            continue
+        if raw is None:
+            values[opt.dest] = None
+            continue
+        items: Sequence[Any] = raw if opt.multiple else [raw]
+        parsed = [opt.parse(str(v), opt.name) if opt.parse and isinstance(v, str) else v
+                  for v in items]
+        values[opt.dest] = tuple(parsed) if opt.multiple else parsed[0]
+    return Settings(
+        endpoints=values["k3_endpoint"] or (),
+        model=values["k3_model"],
+        api_key_env=values["k3_api_key_env"],
+        timeout=values["k3_timeout"],
+        require=values["k3_require"],
+        launch=values["k3_launch"],
+        launch_timeout=values["k3_launch_timeout"],
+        server_log=Path(values["k3_server_log"]) if values["k3_server_log"] else None,
+        host_facts=tuple(Path(p) for p in values["k3_host_facts"] or ()),
+        dcgm_url=values["k3_dcgm_url"],
+        prometheus_url=values["k3_prometheus_url"],
+        image=values["k3_image"],
+        gpu_interval=values["k3_gpu_interval"],
+        profile=Path(values["k3_profile"]) if values["k3_profile"] else None,
+        preset=values["k3_preset"],
+        record=Path(values["k3_record"]) if values["k3_record"] else None,
+        artifacts=Path(values["k3_artifacts"]),
+    )
