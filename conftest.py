@@ -116,3 +116,13 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
 def testbed(testbed_factory: Callable[..., TestbedServer]) -> TestbedServer:
     """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache)."""
     return testbed_factory()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under K3ACCEPT_LIVE_REQUIRED=1 a run in which no live test executed is a failure."""
+    if not LIVE_REQUIRED or session.config.option.collectonly:
+        return
+    ran = sum(1 for item in session.items if item.get_closest_marker("live"))
+    if session.testscollected and ran == 0 and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nK3ACCEPT_LIVE_REQUIRED=1 but no live test was collected", flush=True)
