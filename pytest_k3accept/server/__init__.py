@@ -1,0 +1,1 @@
+"""Starting, watching and stopping the server process under test."""
