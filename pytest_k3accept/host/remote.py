@@ -1,0 +1,219 @@
+"""Remote GPU facts and memory readings: dcgm-exporter ``/metrics`` and Prometheus (PromQL).
+
+For clusters where the test runner is not on the GPU host. dcgm-exporter series carry the
+driver as the label ``DCGM_FI_DRIVER_VERSION`` on every series, plus ``gpu``, ``UUID``,
+``modelName`` and ``Hostname`` (or ``hostname``); memory is ``DCGM_FI_DEV_FB_USED`` and
+``DCGM_FI_DEV_FB_FREE`` (+ ``DCGM_FI_DEV_FB_RESERVED`` when exported) in MiB. The same series
+read through Prometheus' HTTP API give the same facts. Failures raise :class:`RemoteError`
+with the URL and what went wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Iterable
+
+from .facts import GpuFacts, NodeFacts
+
+MIB = 1024 * 1024
+USED, FREE, RESERVED = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
+DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
+
+Sample = tuple[str, dict[str, str], float]
+
+
+class RemoteError(Exception):
+    """A remote source could not be read; the message names the URL."""
+
+
+def _host(labels: dict[str, str]) -> str:
+    return (labels.get("Hostname") or labels.get("hostname") or labels.get("instance")
+            or "unknown-host")
+
+
+def _gpu_index(labels: dict[str, str]) -> int | None:
+    try:
+        return int(labels.get("gpu", ""))
+    except ValueError:
+        return None
+
+
+def memory_from_samples(samples: Iterable[Sample]) -> dict[str, tuple[int, int | None]]:
+    """``node/gpuN`` -> (used bytes, total bytes or None) from dcgm-style samples."""
+    parts: dict[str, dict[str, float]] = {}
+    for name, labels, value in samples:
+        idx = _gpu_index(labels)
+        if idx is None or name not in (USED, FREE, RESERVED) or math.isnan(value):
+            continue
+        parts.setdefault(f"{_host(labels)}/gpu{idx}", {})[name] = value
+    out: dict[str, tuple[int, int | None]] = {}
+    for key, p in sorted(parts.items()):
+        if USED not in p:
+            continue
+        total = (p[USED] + p[FREE] + p.get(RESERVED, 0.0)) if FREE in p else None
+        out[key] = (int(p[USED] * MIB), None if total is None else int(total * MIB))
+    return out
+
+
+def nodes_from_samples(samples: Iterable[Sample], source: str) -> list[NodeFacts]:
+    """Group dcgm-style samples by ``Hostname`` into :class:`NodeFacts` (one per node)."""
+    samples = list(samples)
+    memory = memory_from_samples(samples)
+    nodes: dict[str, dict[str, Any]] = {}
+    for name, labels, _ in samples:
+        idx = _gpu_index(labels)
+        if idx is None or not name.startswith("DCGM_FI_"):
+            continue
+        node = nodes.setdefault(_host(labels), {"driver": None, "gpus": {}})
+        node["driver"] = node["driver"] or labels.get(DRIVER_LABEL)
+        gpu = node["gpus"].setdefault(idx, {"name": None, "uuid": None})
+        gpu["name"] = gpu["name"] or labels.get("modelName")
+        gpu["uuid"] = gpu["uuid"] or labels.get("UUID")
+    out = []
+    for host, info in sorted(nodes.items()):
+        gpus = []
+        for idx, g in sorted(info["gpus"].items()):
+            used, total = memory.get(f"{host}/gpu{idx}", (None, None))
+            gpus.append(GpuFacts(index=idx, name=g["name"], uuid=g["uuid"],
+                                 memory_total_bytes=total, memory_used_bytes=used))
+        out.append(NodeFacts(node=host, source=source, gpu_available=True,
+                             driver_version=info["driver"], gpus=tuple(gpus),
+                             collected_at=time.time()))
+    return out
+
+
+def shown(url: str) -> str:
+    """``url`` fit for messages and evidence: credentials in it become ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def _get(url: str, params: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
+    import httpx
+
+    try:
+        resp = httpx.get(url, params=params, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise RemoteError(f"cannot reach {shown(url)}: {type(exc).__name__}") from None
+    if resp.status_code != 200:
+        raise RemoteError(f"{shown(url)} answered HTTP {resp.status_code}: "
+                          f"{resp.text[:200]}")
+    return resp
+
+
+def metrics_url(url: str) -> str:
+    """dcgm-exporter URL with ``/metrics`` appended when only host:port was given."""
+    from urllib.parse import urlsplit
+
+    return url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics"
+
+
+class Dcgm:
+    """dcgm-exporter's ``/metrics``: facts and memory readings."""
+
+    label = "dcgm"
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = metrics_url(url)
+        self.timeout = timeout
+
+    def samples(self) -> list[Sample]:
+        """One scrape, parsed with prometheus_client's text parser."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = _get(self.url, timeout=self.timeout).text
+        try:
+            return [(s.name, dict(s.labels), float(s.value))
+                    for fam in text_string_to_metric_families(text) for s in fam.samples]
+        except ValueError as exc:
+            raise RemoteError(f"{shown(self.url)} did not return Prometheus text: {exc}"
+                              ) from None
+
+    def facts(self) -> list[NodeFacts]:
+        """Node facts from one scrape; RemoteError when there are no dcgm series."""
+        nodes = nodes_from_samples(self.samples(), f"dcgm:{shown(self.url)}")
+        if not nodes:
+            raise RemoteError(f"{shown(self.url)} exposes no DCGM_FI_* series with a 'gpu' label: "
+                              "is it dcgm-exporter?")
+        return nodes
+
+    def read(self) -> dict[str, tuple[int, int | None]]:
+        """``node/gpuN`` -> (used, total) bytes."""
+        return memory_from_samples(self.samples())
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class Prometheus:
+    """A Prometheus server's HTTP API (instant and range PromQL queries)."""
+
+    label = "prometheus"
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def query(self, promql: str, at: float | None = None) -> list[Sample]:
+        """Instant query -> ``(metric name, labels, value)`` for each series of the vector."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        endpoint = f"{self.url}/api/v1/query"
+        resp = _get(endpoint, params, self.timeout)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise RemoteError(f"{shown(endpoint)} did not answer JSON: is "
+                              f"{shown(self.url)} Prometheus?") from None
+        if body.get("status") != "success":
+            raise RemoteError(f"{shown(endpoint)} query {promql!r} failed: {body.get('errorType')}: "
+                              f"{body.get('error')}")
+        data = body.get("data") or {}
+        if data.get("resultType") == "scalar":
+            return [("scalar", {}, float(data["result"][1]))]
+        out: list[Sample] = []
+        for series in data.get("result", []):
+            labels = dict(series.get("metric", {}))
+            name = labels.pop("__name__", promql)
+            out.append((name, labels, float(series["value"][1])))
+        return out
+
+    def _memory_samples(self, template: str = "{m}") -> list[Sample]:
+        out: list[Sample] = []
+        for metric in (USED, FREE, RESERVED):
+            out.extend((metric, labels, value) for _, labels, value in
+                       self.query(template.format(m=metric)))
+        return out
+
+    def facts(self) -> list[NodeFacts]:
+        """Node facts from the dcgm series Prometheus holds."""
+        nodes = nodes_from_samples(self._memory_samples(), f"prometheus:{shown(self.url)}")
+        if not nodes:
+            raise RemoteError(f"Prometheus at {shown(self.url)} holds no {USED} series: is it "
+                              "scraping dcgm-exporter?")
+        return nodes
+
+    def read(self) -> dict[str, tuple[int, int | None]]:
+        """``node/gpuN`` -> (used, total) bytes, latest values."""
+        return memory_from_samples(self._memory_samples())
+
+    def peak_between(self, start: float, end: float) -> dict[str, int]:
+        """``node/gpuN`` -> highest used bytes Prometheus recorded in ``[start, end]``."""
+        window = max(1, math.ceil(end - start))
+        samples = [(USED, labels, value) for _, labels, value in
+                   self.query(f"max_over_time({USED}[{window}s])", at=end)]
+        return {k: used for k, (used, _) in memory_from_samples(samples).items()}
+
+    def kv_cache_usage(self) -> float | None:
+        """Highest ``vllm:kv_cache_usage_perc`` over the series Prometheus holds (0..1)."""
+        values = [v for _, _, v in self.query("vllm:kv_cache_usage_perc") if not math.isnan(v)]
+        return max(values) if values else None
+
+    def close(self) -> None:
+        """Nothing to release."""
