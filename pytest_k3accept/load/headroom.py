@@ -1,0 +1,183 @@
+"""Headroom at the target load, decided from a finished run (pure).
+
+A run has headroom when, at its peak,
+
+* at least ``min_free`` (default 10 %) of the KV cache was free: ``1 - peak
+  vllm:kv_cache_usage_perc`` sampled during the run;
+* no more than ``max_preemptions`` (default 0) requests were preempted;
+* the error rate stayed within ``max_error_rate`` (default 0);
+* no more than ``max_waiting`` (default 0) requests queued for capacity in a *sustained*
+  way: ``vllm:num_requests_waiting`` at every gauge sample over at least one second (a
+  queue that drains within one scheduler step or two is not counted). vLLM admits a request
+  only when its prompt fits in the free KV cache, so an undersized cache often shows up as a
+  queue with the KV cache well below 100 %, not as preemptions;
+* (optional) at least ``min_free_gpu`` of GPU memory was free at peak, when a GPU telemetry
+  source reported it. Not judged by default: vLLM claims ``gpu_memory_utilization`` (90 %)
+  of the GPU up front for its KV cache, so free GPU memory says little about load; the KV
+  cache usage above is the load-dependent figure.
+
+Failover: with ``N`` replicas sharing the target load, losing one puts ``N/(N-1)`` of its
+share on each survivor; :func:`failover_factor` gives that factor and the wiring runs the
+scaled load (``LoadProfile.scaled``) on each replica. A run without server metrics cannot be
+decided (``ok is None``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+
+class RunLike(Protocol):
+    """What a decision reads from a run (``runner.LoadResult`` satisfies it)."""
+
+    summary: dict[str, Any]
+    server: dict[str, Any] | None
+    server_error: str | None
+    gpu: dict[str, Any] | None
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The headroom decision of one run: ``ok`` True/False, or None when undecidable."""
+
+    ok: bool | None
+    reasons: tuple[str, ...]
+    free_kv: float | None = None
+    free_gpu: float | None = None
+    peak_kv_usage: float | None = None
+    preemptions: float | None = None
+    error_rate: float = 0.0
+    peak_waiting: float | None = None
+    sustained_waiting: float | None = None
+    queue_time_mean: float | None = None
+    endpoint: str = ""
+    load_factor: float = 1.0
+    replicas: int | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """One human line with the measured numbers."""
+        head = {True: "headroom OK", False: "NO headroom", None: "headroom undecided"}[self.ok]
+        where = f" at {self.endpoint}" if self.endpoint else ""
+        scale = (f" (failover: load x{self.load_factor:.2f} for {self.replicas} replicas)"
+                 if self.replicas else "")
+        figures = (f"free KV at peak {_pct(self.free_kv)}, preemptions "
+                   f"{_num(self.preemptions)}, error rate {self.error_rate:.1%}, sustained "
+                   f"queue {_num(self.sustained_waiting)} (peak waiting {_num(self.peak_waiting)})")
+        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        return f"{head}{where}{scale}: {figures}{why}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-serializable view (evidence kind "headroom")."""
+        return {"ok": self.ok, "reasons": list(self.reasons), "free_kv": self.free_kv,
+                "free_gpu": self.free_gpu, "peak_kv_usage": self.peak_kv_usage,
+                "preemptions": self.preemptions, "error_rate": self.error_rate,
+                "peak_waiting": self.peak_waiting,
+                "sustained_waiting": self.sustained_waiting, "queue_time_mean": self.queue_time_mean,
+                "endpoint": self.endpoint, "load_factor": self.load_factor,
+                "replicas": self.replicas, "limits": dict(self.limits),
+                "notes": list(self.notes)}
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _num(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.3g}"
+
+
+def failover_factor(replicas: int) -> float:
+    """Load factor on each survivor when one of ``replicas`` fails: N / (N - 1)."""
+    if replicas < 2:
+        raise ValueError(f"failover needs at least 2 replicas, got {replicas}")
+    return replicas / (replicas - 1)
+
+
+def gpu_free_fraction(gpu: Mapping[str, Any] | None) -> float | None:
+    """Free GPU memory fraction at peak from a telemetry peak mapping, if it says.
+
+    Understood keys: ``free_fraction``; ``used_fraction``; ``memory_used_bytes`` +
+    ``memory_total_bytes``; ``used_bytes`` + ``total_bytes``; ``fb_used_mib`` + ``fb_free_mib``.
+    """
+    if not gpu:
+        return None
+
+    def num(key: str) -> float | None:
+        v = gpu.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if num("free_fraction") is not None:
+        return num("free_fraction")
+    if num("used_fraction") is not None:
+        return 1.0 - (num("used_fraction") or 0.0)
+    for used_key, total_key in (("memory_used_bytes", "memory_total_bytes"),
+                                ("used_bytes", "total_bytes")):
+        used, total = num(used_key), num(total_key)
+        if used is not None and total:
+            return 1.0 - used / total
+    used, free = num("fb_used_mib"), num("fb_free_mib")
+    if used is not None and free is not None and used + free > 0:
+        return free / (used + free)
+    return None
+
+
+def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
+           max_preemptions: float = 0, max_waiting: float | None = 0,
+           min_free_gpu: float | None = None, load_factor: float = 1.0,
+           replicas: int | None = None) -> Verdict:
+    """Decide headroom for one run against the limits (see the module docstring)."""
+    limits = {"min_free": min_free, "max_error_rate": max_error_rate,
+              "max_preemptions": max_preemptions, "max_waiting": max_waiting,
+              "min_free_gpu": min_free_gpu}
+    error_rate = float(run.summary.get("error_rate") or 0.0)
+    reasons: list[str] = []
+    notes: list[str] = []
+    if error_rate > max_error_rate:
+        kinds = ", ".join(f"{n} {k}" for k, n in (run.summary.get("errors_by_kind") or {}).items()
+                          if n)
+        reasons.append(f"error rate {error_rate:.1%} > allowed {max_error_rate:.1%} ({kinds})")
+    free_gpu = gpu_free_fraction(run.gpu)
+    if free_gpu is None:
+        notes.append("GPU memory not measured (no telemetry source)" if not run.gpu
+                     else "GPU telemetry gave no memory figures")
+    elif min_free_gpu is not None and free_gpu < min_free_gpu:
+        reasons.append(f"free GPU memory at peak {free_gpu:.1%} < required {min_free_gpu:.1%}")
+    common: dict[str, Any] = {"error_rate": error_rate, "endpoint": run.endpoint, "load_factor": load_factor,
+              "replicas": replicas, "limits": limits, "free_gpu": free_gpu}
+    srv = run.server
+    if srv is None or srv.get("peak_kv_usage") is None:
+        why = run.server_error or "no KV-cache usage sample was taken"
+        return Verdict(False if reasons else None,
+                       (*reasons, f"KV-cache usage not measured: {why}"),
+                       notes=tuple(notes), **common)
+    peak = float(srv["peak_kv_usage"])
+    free_kv = max(0.0, 1.0 - peak)
+    preempt = float(srv.get("preemptions") or 0.0)
+    waiting = srv.get("sustained_waiting")
+    if free_kv < min_free:
+        reasons.append(f"free KV cache at peak {free_kv:.1%} < required {min_free:.1%} "
+                       f"(peak kv_cache_usage_perc {peak:.3f})")
+    if preempt > max_preemptions:
+        reasons.append(f"{preempt:g} preemptions > allowed {max_preemptions:g}")
+    if max_waiting is not None and waiting is not None and waiting > max_waiting:
+        reasons.append(f"{waiting:g} requests queued for at least 1 s > allowed "
+                       f"{max_waiting:g} (peak waiting {_num(srv.get('peak_waiting'))}, mean "
+                       f"queue time {_num(srv.get('queue_time_mean'))} s)")
+    return Verdict(not reasons, tuple(reasons), free_kv=free_kv, peak_kv_usage=peak,
+                   preemptions=preempt, peak_waiting=srv.get("peak_waiting"),
+                   sustained_waiting=waiting,
+                   queue_time_mean=srv.get("queue_time_mean"), notes=tuple(notes), **common)
+
+
+def combine(verdicts: list[Verdict]) -> bool | None:
+    """All runs must have headroom: False if any failed, None if any undecided, else True."""
+    if not verdicts:
+        return None
+    if any(v.ok is False for v in verdicts):
+        return False
+    if any(v.ok is None for v in verdicts):
+        return None
+    return True

@@ -1,0 +1,198 @@
+"""The runner's own logic (bounds, loops, ordering, accounting) with an in-process client
+stand-in, the synthetic generator's length search with a counting stand-in, and the monitor's
+gauge scan. The real server is exercised in tests/live/test_load_live.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from pytest_k3accept.client import RequestResult
+from pytest_k3accept.load import monitor, synthetic
+from pytest_k3accept.load.profile import LoadProfile
+from pytest_k3accept.load.requestset import ChatRequest, RequestSet
+from pytest_k3accept.load.runner import run_load
+
+
+class FakeClient:
+    """Answers after ``delay`` seconds; ``fail`` maps message text -> (status, kind)."""
+
+    base_url = "http://fake"
+    model = "fake-model"
+
+    def __init__(self, delay: float = 0.01, fail: dict[str, tuple[int, str]] | None = None,
+                 hang: set[str] | None = None) -> None:
+        self.delay, self.fail, self.hang = delay, fail or {}, hang or set()
+        self.sent: list[dict[str, Any]] = []
+        self.in_flight = self.peak = 0
+
+    async def request(self, path: str, body: dict[str, Any], *, stream: bool = False,
+                      ) -> RequestResult:
+        self.sent.append(body)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            text = body["messages"][-1]["content"]
+            await asyncio.sleep(3600 if text in self.hang else self.delay)
+            if text in self.fail:
+                status, kind = self.fail[text]
+                return RequestResult(ok=False, status=status, error_kind=kind, e2e=self.delay)
+            return RequestResult(ok=True, status=200, ttft=self.delay / 2, e2e=self.delay,
+                                 itl=[self.delay / 4], prompt_tokens=10,
+                                 completion_tokens=body["max_tokens"], stream=stream)
+        finally:
+            self.in_flight -= 1
+
+
+def rset(texts: list[str], conversation: str | None = None) -> RequestSet:
+    return RequestSet([ChatRequest(messages=[{"role": "user", "content": t}],
+                                   conversation=conversation,
+                                   turn=(len(texts) - i) if conversation else None)
+                       for i, t in enumerate(texts)])
+
+
+def profile(**kw: Any) -> LoadProfile:
+    return LoadProfile().replace("test", **kw)
+
+
+@pytest.mark.asyncio
+async def test_closed_loop_counts_concurrency_and_body() -> None:
+    client = FakeClient(delay=0.02)
+    prog: list[Any] = []
+    res = await run_load(client, rset(["a", "b", "c"]), profile(concurrency=3, requests=12,
+                                                                output_tokens=7, warmup=2),
+                         metrics=False, progress=prog.append, progress_interval=0.01,
+                         sample_interval=0.01)
+    assert res.summary["requests"] == 12 and res.summary["ok"] == 12
+    assert len(client.sent) == 14  # 2 warm-up requests are sent but not recorded
+    assert client.peak == 3 and res.achieved_concurrency["max"] == 3.0
+    assert res.summary["completion_tokens"] == 12 * 7
+    body = client.sent[0]
+    assert body["model"] == "fake-model" and body["max_tokens"] == 7 and body["ignore_eos"]
+    assert res.stopped_by == "count" and res.not_sent == 0 and res.mode == "closed"
+    assert prog and prog[-1].total == 12 and prog[-1].done == 12  # a final line at the end
+    assert res.server is None and res.server_error == "metrics scraping turned off"
+    json.dumps(res.as_dict(records=True))  # serializable
+
+
+@pytest.mark.asyncio
+async def test_errors_are_classified_and_kept_out_of_latency() -> None:
+    client = FakeClient(fail={"bad": (503, "http-5xx"), "no": (400, "http-4xx")})
+    res = await run_load(client, rset(["ok", "bad", "no", "ok2"]),
+                         profile(concurrency=2, requests=4), metrics=False)
+    s = res.summary
+    assert (s["ok"], s["errors"], s["error_rate"]) == (2, 2, 0.5)
+    assert s["errors_by_kind"]["http-5xx"] == 1 and s["errors_by_kind"]["http-4xx"] == 1
+    assert s["e2e"]["count"] == 2
+
+
+@pytest.mark.asyncio
+async def test_time_bound_cancels_in_flight_as_timeouts_and_stops() -> None:
+    client = FakeClient(delay=0.01, hang={"stuck"})
+    t0 = time.perf_counter()
+    res = await run_load(client, rset(["stuck", "quick"]),
+                         profile(concurrency=2, requests=1000, max_seconds=0.5), metrics=False)
+    assert time.perf_counter() - t0 < 3.0
+    assert res.stopped_by == "time"
+    assert res.summary["errors_by_kind"]["timeout"] >= 1
+    cut = [r for r in res.records if r.error_kind == "timeout"]
+    assert "time bound" in (cut[0].error or "")
+    assert res.not_sent > 0 and res.summary["requests"] + res.not_sent == 1000
+
+
+@pytest.mark.asyncio
+async def test_per_request_timeout() -> None:
+    client = FakeClient(hang={"stuck"})
+    res = await run_load(client, rset(["stuck"]), profile(concurrency=1, requests=1,
+                                                          timeout=0.1), metrics=False)
+    (rec,) = res.records
+    assert rec.error_kind == "timeout" and "timeout = 0.1 s" in (rec.error or "")
+
+
+@pytest.mark.asyncio
+async def test_conversation_turns_run_in_order_one_after_another() -> None:
+    client = FakeClient(delay=0.01)
+    res = await run_load(client, rset(["t3", "t2", "t1"], conversation="c"),
+                         profile(concurrency=4, requests=6), metrics=False)
+    sent = [b["messages"][-1]["content"] for b in client.sent]
+    # two workers each take one pass of the conversation; turns never overtake each other
+    assert sent == ["t1", "t1", "t2", "t2", "t3", "t3"]
+    assert client.peak == 2
+    assert res.request_set["units"] == 1
+
+
+@pytest.mark.asyncio
+async def test_open_loop_poisson_rate_and_cap() -> None:
+    client = FakeClient(delay=0.2)
+    t0 = time.perf_counter()
+    res = await run_load(client, rset(["x"]), profile(rate=50.0, requests=40, concurrency=5),
+                         metrics=False)
+    took = time.perf_counter() - t0
+    assert res.mode == "open" and res.summary["ok"] == 40
+    assert client.peak <= 5  # capped in flight
+    assert took >= 40 / 5 * 0.2 * 0.9  # the cap, not the rate, bounds this run
+    free = FakeClient(delay=0.0)
+    res2 = await run_load(free, rset(["x"]), profile(rate=200.0, requests=100), metrics=False)
+    assert 0.2 < res2.elapsed < 1.5  # ~0.5 s of Poisson arrivals at 200/s
+
+
+@pytest.mark.asyncio
+async def test_telemetry_figures_for_the_run_window() -> None:
+    class Tel:
+        series = {"n0/gpu0": [(0.0, 99.0), (time.time() + 0.5, 60.0)]}
+        total = {"n0/gpu0": 100}
+
+        def summary(self) -> dict[str, Any]:
+            return {"kind": "gpu-memory", "peak_bytes": {"n0/gpu0": 99}}
+
+    client = FakeClient(delay=0.3)
+    res = await run_load(client, rset(["x"]), profile(concurrency=1, requests=3),
+                         metrics=False, telemetry=Tel())
+    assert res.gpu is not None
+    assert res.gpu["run_peak_bytes"] == {"n0/gpu0": 60.0}  # the sample before the run is out
+    assert res.gpu["free_fraction"] == pytest.approx(0.4)
+
+
+@pytest.mark.asyncio
+async def test_synthetic_search_hits_targets_with_uneven_token_sizes() -> None:
+    # stand-in tokenizer: words of 3+ letters are 2 tokens, shorter ones 1; template 7
+    calls = 0
+
+    async def counter(messages: list[dict[str, Any]], gen: bool) -> int:
+        nonlocal calls
+        calls += 1
+        words = [w for m in messages for w in str(m["content"]).split()]
+        return 7 * len(messages) + (3 if gen else 0) + sum(2 if len(w) > 3 else 1
+                                                          for w in words)
+    p = profile(context_tokens=900, prefix_tokens=300, prefix_reuse=0.5, requests=10)
+    rs = await synthetic.generate(None, p, counter=counter)
+    assert len(rs) == 10
+    assert all(abs(n - 900) <= 1 for n in rs.meta["measured_prompt_tokens"])
+    assert all(abs(n - 300) <= 1 for n in rs.meta["measured_prefix_tokens"])
+    systems = [r.messages[0]["content"] for r in rs]
+    assert len(set(systems)) == 1 + 5  # one shared prefix for half, unique for the rest
+    assert len({r.messages[1]["content"] for r in rs}) == 10
+    assert calls < 10 * 12
+    again = await synthetic.generate(None, p, counter=counter)
+    assert again.requests == rs.requests  # seeded: same profile, same set
+    with pytest.raises(synthetic.SyntheticError, match="prefix_tokens"):
+        await synthetic.generate(None, profile(context_tokens=900, prefix_tokens=3),
+                                 counter=counter)
+
+
+def test_gauge_scan_and_sustained_queue() -> None:
+    text = ('# HELP x\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0\n'
+            'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 9.0\n'
+            "vllm:num_requests_running 2\n")
+    assert monitor.scan_gauges(text) == {"kv": 0.25, "waiting": 4.0, "running": 2.0}
+    blip = [(0.0, 0.0), (0.25, 5.0), (0.5, 0.0), (0.75, 0.0), (1.0, 0.0), (1.25, 0.0)]
+    assert monitor.sustained(blip, 1.0) == 0.0
+    queue = [(t / 4, 6.0 if 1 <= t <= 6 else 0.0) for t in range(10)]
+    assert monitor.sustained(queue, 1.0) == 6.0
+    assert monitor.sustained(queue[:3], 1.0) is None
