@@ -1,0 +1,193 @@
+"""Failure classification: real vLLM 0.32 failures, documented strings of other releases and
+phases, HTTP/exit-code inference, and invariance under noise (Hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import vllm_logs
+from pytest_k3accept.server.classify import (ADVICE, CATEGORIES, HttpObservations,
+                                             classify)
+
+E = "(EngineCore pid=7) ERROR 11-29 23:51:37 [core.py:1510] "
+W = "(Worker pid=8) ERROR 11-29 23:51:37 [multiproc_executor.py:953] "
+START = ("(APIServer pid=1) INFO 11-29 23:51:14 [api_utils.py:286] non-default args: {}\n"
+         "(Worker pid=8) INFO 11-29 23:51:37 [cpu_model_runner.py:68] Starting to load model m...\n")
+LOADED = "(Worker pid=8) INFO 11-29 23:51:38 [default_loader.py:501] Loading weights took 3.00 seconds\n"
+INIT = ("(EngineCore pid=7) INFO 11-29 23:51:40 [core.py:402] init engine (profile, create kv "
+        "cache, warmup model) took 2.20 s\n"
+        "(APIServer pid=1) INFO 11-29 23:51:41 [entry.py:140] Starting vLLM server on http://h:1\n")
+
+
+@pytest.mark.parametrize("log, category, quoted", [
+    (vllm_logs.KV_TOO_SMALL_FOR_MAX_LEN, "kv-capacity-at-init",
+     "ValueError: To serve at least one request with the model's max seq len (4096)"),
+    (vllm_logs.KV_NO_BLOCKS, "kv-capacity-at-init",
+     "ValueError: No available memory for the cache blocks."),
+    (vllm_logs.WEIGHTS_DO_NOT_FIT, "loading",
+     "DefaultCPUAllocator: can't allocate memory: you tried to allocate 32768000000 bytes"),
+    (vllm_logs.HEAD16_DIES_AT_FIRST_REQUEST, "serving", "EngineCore encountered a fatal error."),
+], ids=["kv-max-len", "kv-no-blocks", "huge-weights", "head16"])
+def test_real_failures(log: str, category: str, quoted: str) -> None:
+    cls = classify(log, exit_code=1)
+    assert cls.category == category and cls.confidence == "matched"
+    assert quoted in cls.evidence[0].text
+    assert cls.evidence[0].lineno is not None and cls.evidence[0].at is not None
+    assert not cls.evidence[0].text.startswith("("), "the vLLM prefix is not quoted"
+    assert cls.advice == ADVICE[category]
+    assert quoted in cls.summary()
+
+
+def test_head16_quotes_the_root_cause_and_knows_init_completed() -> None:
+    cls = classify(vllm_logs.HEAD16_DIES_AT_FIRST_REQUEST, exit_code=0)
+    assert cls.phase == "after init, before any successful response"
+    assert cls.root_cause is not None
+    assert cls.root_cause.text == ("RuntimeError: Unsupported CPU attention configuration: "
+                                   "head_dim=16 isa=2 kv_cache_idx=0")
+    assert "root cause" in cls.summary()
+
+
+def test_loading_advice_says_concurrency_will_not_help_and_is_not_capacity_evidence() -> None:
+    advice = classify(vllm_logs.WEIGHTS_DO_NOT_FIT).advice
+    assert "Lowering concurrency" in advice and "not capacity evidence" in advice
+    assert "--max-model-len" in ADVICE["kv-capacity-at-init"]
+    assert set(ADVICE) == set(CATEGORIES)
+
+
+def test_healthy_server_is_none_and_warnings_are_never_evidence() -> None:
+    cls = classify(vllm_logs.HEALTHY, exit_code=None)
+    assert cls.category == "none" and not cls.failed and cls.evidence == ()
+    # the ulimit WARNING mentions "error" and "OSError: ... Too many open files"
+    assert "Too many open files" in vllm_logs.HEALTHY
+
+
+@pytest.mark.parametrize("line, category", [
+    ("RuntimeError: CUDA driver version is insufficient for CUDA runtime version", "environment"),
+    ("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
+     "device", "environment"),
+    ("RuntimeError: Found no NVIDIA driver on your system.", "environment"),
+    ("ModuleNotFoundError: No module named 'vllm._C'", "environment"),
+    ("api_server.py: error: unrecognized arguments: --bogus", "config"),
+    ("vllm serve: error: argument --max-model-len: invalid int value: 'x'", "config"),
+    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig", "config"),
+    ("OSError: [Errno 98] Address already in use", "config"),
+    ("bash: vlm: command not found", "config"),
+    ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+     "that can be stored in KV cache (20000).", "kv-capacity-at-init"),
+    (E + "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization",
+     "loading"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error", "connection"),
+    ("[rank3]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout",
+     "connection"),
+    ("RuntimeError: DeepEP all-to-all dispatch failed: timeout", "connection"),
+])
+def test_documented_strings_of_each_category(line: str, category: str) -> None:
+    cls = classify(START + LOADED + line + "\n", exit_code=1)
+    assert cls.category == category, cls
+    assert cls.evidence[0].text == line.removeprefix(E)
+
+
+@pytest.mark.parametrize("where, category, phase", [
+    ("", "loading", "before weight loading"),
+    ("start", "loading", "while loading weights"),
+    ("loaded", "kv-capacity-at-init", "KV-cache sizing / profiling (weights loaded, init not done)"),
+    ("init", "serving-oom", "after init, before any successful response"),
+])
+def test_the_same_oom_is_classified_by_the_phase_it_happened_in(where: str, category: str,
+                                                                phase: str) -> None:
+    prefix = {"": "", "start": START, "loaded": START + LOADED, "init": START + LOADED + INIT}
+    oom = W + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    cls = classify(prefix[where] + oom, exit_code=1)
+    assert (cls.category, cls.phase) == (category, phase)
+
+
+def test_generic_fatal_line_before_init_is_inferred_loading_not_capacity() -> None:
+    cls = classify(START + E + "RuntimeError: Engine core initialization failed. See root "
+                   "cause above.\n", exit_code=1)
+    assert cls.category == "loading" and cls.confidence == "inferred"
+    assert "not one of the known patterns" in cls.advice
+
+
+def test_decisive_line_beats_earlier_generic_one_and_earliest_decisive_wins() -> None:
+    log = (START + LOADED + INIT + E + "EngineCore encountered a fatal error.\n"
+           + W + "RuntimeError: NCCL error: unhandled cuda error\n"
+           + W + "torch.OutOfMemoryError: CUDA out of memory.\n")
+    assert classify(log).category == "serving-oom"
+
+
+def test_without_log_evidence_http_and_exit_code_decide() -> None:
+    after_init = START + LOADED + INIT
+    http = HttpObservations(ready=True, server_errors=("500 from POST /v1/completions: x",),
+                            health_status=503)
+    cls = classify(after_init, http=http)
+    assert cls.category == "serving" and cls.confidence == "inferred"
+    assert [q.text for q in cls.evidence] == ["HTTP 500 from POST /v1/completions: x",
+                                              "GET /health -> 503"]
+    hostile = HttpObservations(server_errors=("500: \x1b[2J<b>\x00 Bearer abc.def",),
+                               health_status=503)
+    assert classify(after_init, http=hostile).evidence[0].text == \
+        "HTTP 500: <b>\ufffd Bearer ***"
+    killed = classify(after_init, exit_code=-9)
+    assert killed.category == "serving-oom" and "OOM killer" in killed.evidence[-1].text
+    assert classify(START, exit_code=-9).category == "loading"
+    assert classify("bash: line 1: nothing\n", exit_code=127).category == "config"
+    refused = classify(after_init, http=HttpObservations(connection_errors=("refused",)))
+    assert refused.category == "connection"
+    assert classify(after_init, exit_code=0).category == "none"
+
+
+def test_only_the_latest_start_is_classified() -> None:
+    log = vllm_logs.WEIGHTS_DO_NOT_FIT + vllm_logs.HEALTHY
+    cls = classify(log)
+    assert cls.category == "none" and "1 earlier start" in cls.notes[0]
+
+
+def test_as_dict_is_plain_data() -> None:
+    import json
+
+    data = classify(vllm_logs.KV_NO_BLOCKS, exit_code=1).as_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["category"] == "kv-capacity-at-init" and data["evidence_lines"][0].startswith(
+        "ValueError: No available memory for the cache blocks")
+
+
+NOISE = st.lists(st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=120),
+    st.sampled_from([
+        "(APIServer pid=1) INFO 11-29 23:49:56 [launcher.py:195] Route: /health, Methods: GET",
+        "(APIServer pid=1) WARNING 11-29 23:49:29 [system_utils.py:255] failed with error "
+        "`OSError: [Errno 24] Too many open files`. CUDA out of memory NCCL error",
+        'INFO:     127.0.0.1:45908 - "GET /v1/models HTTP/1.1" 200 OK',
+        "Loading safetensors checkpoint shards: 100% Completed | 1/1",
+        "\x1b[33mWARNING\x1b[0m something odd but harmless"])), max_size=6)
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=st.sampled_from(["KV_TOO_SMALL_FOR_MAX_LEN", "KV_NO_BLOCKS", "WEIGHTS_DO_NOT_FIT",
+                             "HEAD16_DIES_AT_FIRST_REQUEST", "HEALTHY"]),
+       before=NOISE, after=NOISE, seed=st.randoms(use_true_random=False))
+def test_same_evidence_same_verdict_with_noise_around_it(case: str, before: list[str],
+                                                         after: list[str], seed: object) -> None:
+    log: str = getattr(vllm_logs, case)
+    clean = classify(log, exit_code=1)
+    lines = log.splitlines()
+    # noise before the log, after it, and interleaved between its lines
+    mixed: list[str] = list(before)
+    for line in lines:
+        mixed.append(line)
+        if seed.random() < 0.2 and after:  # type: ignore[attr-defined]
+            mixed.append(seed.choice(after))  # type: ignore[attr-defined]
+    mixed += after
+    noisy = classify("\n".join(mixed), exit_code=1)
+    assert (noisy.category, noisy.rule) == (clean.category, clean.rule)
+    assert [q.text for q in noisy.evidence[:1]] == [q.text for q in clean.evidence[:1]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=2000), exit_code=st.one_of(st.none(), st.integers(-15, 255)))
+def test_classify_never_crashes_on_arbitrary_bytes(data: bytes, exit_code: int | None) -> None:
+    cls = classify(data, exit_code=exit_code)
+    assert cls.category in CATEGORIES and cls.advice
