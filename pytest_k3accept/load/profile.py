@@ -242,6 +242,10 @@ def parse_text(text: str, fmt: str, where: str) -> dict[str, Any]:
     return data
 
 
+#: tables of a profile file that other modules read (layers.py, procedure.py), not the load
+DECISION_KEYS = ("layers", "procedure", "audience")
+
+
 def load(path: str | Path, base: LoadProfile | None = None) -> LoadProfile:
     """Read a profile file (``.toml`` or ``.json``). ``request_set`` is resolved relative to
     the file. Raises :class:`ProfileError` with the file name in the message."""
@@ -251,7 +255,7 @@ def load(path: str | Path, base: LoadProfile | None = None) -> LoadProfile:
     except OSError as exc:
         raise ProfileError(f"{p}: cannot read the load profile: {exc.strerror or exc}") from None
     fmt = "json" if p.suffix.lower() == ".json" else "toml"
-    data = parse_text(text, fmt, str(p))
+    data = {k: v for k, v in parse_text(text, fmt, str(p)).items() if k not in DECISION_KEYS}
     if "name" not in data:
         data["name"] = p.stem
     profile = LoadProfile.from_mapping(data, where=str(p), base=base)
