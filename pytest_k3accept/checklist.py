@@ -40,7 +40,7 @@ MARKER_ITEMS: dict[str, tuple[str, ...]] = {
     "k3_driver": ("C4",),
     "k3_cuda": ("C3",),
     "k3_topology": ("C5",),
-    "k3_startup": ("C2",),
+    "k3_startup": ("C1", "C2"),
     "k3_headroom": ("C9", "C10"),
 }
 
