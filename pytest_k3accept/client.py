@@ -2,24 +2,36 @@
 
 Why this transport: httpx's default transport adds seconds of queueing at 64+ concurrent
 streams (see the README's design notes for the figures measured here), which would fail
-healthy deployments on latency SLOs. ``httpx_aiohttp.AiohttpTransport`` keeps the httpx API
-and runs the sockets on aiohttp. SSE is read from raw byte chunks and split by hand.
+healthy deployments on latency SLOs. :class:`~pytest_k3accept.transport.LeanAiohttpTransport`
+keeps the httpx API and runs the sockets on one aiohttp session (unlimited pool unless
+``max_connections``; see docs/benchmarks.md for why not ``httpx_aiohttp``). SSE is read from
+raw byte chunks and split by hand.
 
 Token counts come from the server's ``usage`` (``stream_options.include_usage``), never from
 counting stream chunks. Failed requests carry an ``error_kind`` and no latency figures that a
 summary could mistake for successes.
+
+Bounds (no request can hang a session): ``timeout`` is the longest silence allowed while
+connecting or between two reads (so also the wait for the first token); ``deadline`` bounds a
+whole request (default ``max(600, 10 * timeout)`` seconds). A request cut by either keeps what
+it received (``text``, ``chunks``) and fails as ``timeout``. A connection that drops (server
+killed or crashed) fails as ``connection``. Whatever the server sends is untrusted: see
+:mod:`pytest_k3accept.untrusted` for the limits on stored bodies and messages.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import httpx
 
+from . import untrusted as U
 from .endpoint import auth_headers
+from .faults import classify_exception, describe_exception
+from .transport import PostStream
 
 #: error classes kept apart from latency figures
 ERROR_KINDS = ("http-4xx", "http-5xx", "timeout", "connection", "protocol")
@@ -57,46 +69,26 @@ class RequestResult:
         return (self.e2e - self.ttft) / (self.completion_tokens - 1)
 
     def as_dict(self) -> dict[str, Any]:
+        """All fields plus ``tpot``, as plain data."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"tpot": self.tpot}
-
-
-def _classify_exc(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc
-    name = type(cause).__name__
-    if isinstance(exc, httpx.TimeoutException) and "Timeout" in name:
-        return "timeout"
-    if isinstance(cause, TimeoutError) or "Timeout" in name:
-        return "timeout"
-    if isinstance(exc, (httpx.TransportError, OSError)):
-        return "connection"
-    return "protocol"
-
-
-def _error_message(body: Any, fallback: str) -> str:
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    return fallback
 
 
 class K3Client:
     """Async client for one endpoint; ``async with`` it, or call :meth:`aclose`."""
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
-                 timeout: float = 60.0, max_connections: int | None = None) -> None:
-        from httpx_aiohttp import AiohttpTransport
+                 timeout: float = 60.0, max_connections: int | None = None,
+                 deadline: float | None = None) -> None:
+        from .transport import LeanAiohttpTransport
 
         self.base_url = base_url
         self.model = model
         self.timeout = timeout
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=None)
+        self.deadline = deadline if deadline is not None else max(600.0, 10 * timeout)
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=auth_headers(api_key),
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            transport=AiohttpTransport(limits=limits))
+            transport=LeanAiohttpTransport(limit=max_connections or 0))
 
     async def __aenter__(self) -> "K3Client":
         return self
@@ -141,7 +133,8 @@ class K3Client:
 
     async def request(self, path: str, body: dict[str, Any], *, stream: bool = False,
                       ) -> RequestResult:
-        """Send one request and measure it; never raises for HTTP or transport errors."""
+        """Send one request and measure it; never raises for HTTP, transport or content
+        errors, and returns within ``deadline`` seconds."""
         body = dict(body)
         if stream:
             body["stream"] = True
@@ -151,42 +144,75 @@ class K3Client:
         res = RequestResult(ok=False, stream=stream, started_at=time.time())
         t0 = time.perf_counter()
         try:
-            if stream:
-                await self._stream(path, body, res, t0)
-            else:
-                resp = await self._http.post(path, json=body)
-                res.status = resp.status_code
-                res.e2e = time.perf_counter() - t0
-                payload = _json(resp.content)
-                if resp.status_code >= 400:
-                    self._fail_http(res, payload, resp.text)
-                else:
-                    self._absorb_full(res, payload)
-                    res.ok = True
-        except httpx.HTTPError as exc:
-            res.ok, res.error_kind = False, _classify_exc(exc)
-            res.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            await asyncio.wait_for(self._guarded(path, body, res, t0), self.deadline)
+        except asyncio.TimeoutError:
+            res.ok, res.error_kind = False, "timeout"
+            res.error = (f"no complete answer from {self.base_url}{path} within the "
+                         f"per-request deadline of {self.deadline:g} s ({res.chunks} stream "
+                         "chunks received; partial output kept)")
+        if res.e2e is None:
+            res.e2e = time.perf_counter() - t0
         if not res.ok:
             res.ttft = None
             res.itl = []
         return res
 
-    @staticmethod
-    def _fail_http(res: RequestResult, payload: Any, text: str) -> None:
+    async def _guarded(self, path: str, body: dict[str, Any], res: RequestResult,
+                       t0: float) -> None:
+        try:
+            if res.stream:
+                await self._stream(path, body, res, t0)
+            else:
+                await self._full(path, body, res, t0)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a request never raises; it fails
+            res.ok, res.error_kind = False, classify_exception(exc)
+            res.error = describe_exception(exc, res.error_kind, res, self.base_url + path,
+                                           self.timeout)
+
+    async def _full(self, path: str, body: dict[str, Any], res: RequestResult,
+                    t0: float) -> None:
+        async with PostStream(self._http, path, body) as resp:
+            res.status = resp.status_code
+            limit = U.MAX_ERROR_BODY if resp.status_code >= 400 else U.MAX_BODY
+            raw, total = await _read_capped(resp, limit)
+        res.e2e = time.perf_counter() - t0
+        if resp.status_code >= 400:
+            self._fail_http(res, raw, total)
+            return
+        if total is not None:
+            res.error_kind = "protocol"
+            res.error = (f"the response body is larger than {U.MAX_BODY // 2**20} MiB; "
+                         "reading stopped there")
+            return
+        payload = U.parse_json(raw)
+        if not isinstance(payload, dict):
+            res.error_kind = "protocol"
+            res.error = (f"HTTP {res.status} but the body is not a JSON object: "
+                         f"{U.clean(U.decode(raw[:300]), 300)!r}")
+            return
+        U.absorb_full(res, payload)
+        res.ok = True
+
+    def _fail_http(self, res: RequestResult, raw: bytes, total: int | None) -> None:
         status = res.status or 0
         res.error_kind = "http-5xx" if status >= 500 else "http-4xx"
-        res.error_body = payload if payload is not None else text[:2000]
-        res.error = _error_message(payload, text[:300] or f"HTTP {status}")
-        res.e2e = res.e2e
+        res.error_body = U.error_body(raw, total)
+        message = U.message_of(res.error_body, U.decode(raw[:300]) or f"HTTP {status}")
+        if status in (401, 403):
+            message += (" [the API key is missing or was rejected: put it in the environment "
+                        "variable named by --k3-api-key-env]")
+        res.error = message
 
     async def _stream(self, path: str, body: dict[str, Any], res: RequestResult,
                       t0: float) -> None:
-        async with self._http.stream("POST", path, json=body) as resp:
+        async with PostStream(self._http, path, body) as resp:
             res.status = resp.status_code
             if resp.status_code >= 400:
-                raw = await resp.aread()
+                raw, total = await _read_capped(resp, U.MAX_ERROR_BODY)
                 res.e2e = time.perf_counter() - t0
-                self._fail_http(res, _json(raw), raw.decode("utf-8", "replace"))
+                self._fail_http(res, raw, total)
                 return
             buf = b""
             last: float | None = None
@@ -195,23 +221,29 @@ class K3Client:
                 now = time.perf_counter()
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if len(buf) > U.MAX_EVENT_LINE:
+                    res.error_kind = "protocol"
+                    res.error = (f"a stream line is longer than {U.MAX_EVENT_LINE // 2**20} "
+                                 "MiB; reading stopped")
+                    return
                 for line in lines:
+                    line = line.rstrip(b"\r")
                     if not line.startswith(b"data:"):
                         continue
                     data = line[5:].strip()
                     if data == b"[DONE]":
                         done = True
                         continue
-                    event = _json(data)
+                    event = U.parse_json(data)
                     if not isinstance(event, dict):
                         continue
                     if "error" in event:
                         res.error_kind = "http-5xx"
-                        res.error_body = event
-                        res.error = _error_message(event, "error event in stream")
+                        res.error_body = U.error_body(data)
+                        res.error = U.message_of(event, "error event in stream")
                         continue
                     res.chunks += 1
-                    if self._absorb_delta(res, event):
+                    if U.absorb_delta(res, event):
                         if last is None:
                             res.ttft = now - t0
                         else:
@@ -220,53 +252,25 @@ class K3Client:
             res.e2e = time.perf_counter() - t0
             if res.error_kind is None:
                 if not done:
-                    res.error_kind, res.error = "protocol", "stream ended without [DONE]"
+                    ctype = resp.headers.get("content-type", "")
+                    res.error_kind = "protocol"
+                    res.error = ("the stream ended without [DONE] (the server closed it after "
+                                 f"{res.chunks} chunks)" if "event-stream" in ctype else
+                                 "asked for a stream but the answer is not an event stream "
+                                 f"(Content-Type: {U.clean(ctype, 100) or 'none'})")
                 else:
                     res.ok = True
 
-    @staticmethod
-    def _usage(res: RequestResult, usage: Any) -> None:
-        if not isinstance(usage, dict):
-            return
-        res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
-        res.completion_tokens = usage.get("completion_tokens", res.completion_tokens)
-        details = usage.get("prompt_tokens_details") or {}
-        if isinstance(details, dict) and details.get("cached_tokens") is not None:
-            res.cached_tokens = int(details["cached_tokens"])
 
-    def _absorb_full(self, res: RequestResult, payload: Any) -> None:
-        if not isinstance(payload, dict):
-            return
-        self._usage(res, payload.get("usage"))
-        choice = (payload.get("choices") or [{}])[0]
-        msg = choice.get("message") or {}
-        res.text = msg.get("content") or choice.get("text") or ""
-        res.tool_calls = list(msg.get("tool_calls") or [])
-        res.finish_reason = choice.get("finish_reason")
+async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, int | None]:
+    """Up to ``limit`` bytes of the body; ``total`` is None when it all fit, else the bytes
+    seen before reading stopped (more than ``limit``)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(parts)[:limit], size
+    return b"".join(parts), None
 
-    def _absorb_delta(self, res: RequestResult, event: dict[str, Any]) -> bool:
-        """Fold one stream event into ``res``; True when it carried output."""
-        self._usage(res, event.get("usage"))
-        choices = event.get("choices") or []
-        if not choices:
-            return False
-        choice = choices[0]
-        res.finish_reason = choice.get("finish_reason") or res.finish_reason
-        delta = choice.get("delta")
-        if delta is None:  # /v1/completions
-            piece = choice.get("text") or ""
-            res.text += piece
-            return bool(piece)
-        piece = delta.get("content") or ""
-        res.text += piece
-        calls = delta.get("tool_calls") or []
-        res.tool_calls.extend(calls)
-        return bool(piece or calls or delta.get("reasoning_content")
-                    or delta.get("reasoning"))
-
-
-def _json(raw: bytes | str) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None

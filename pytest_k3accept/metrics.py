@@ -5,8 +5,14 @@ for counters. Typed accessors cover what acceptance decisions need: prefix-cache
 KV-cache usage, preemptions, running/waiting requests, successes by finish reason, histogram
 sums/counts, and the live cache config from ``vllm:cache_config_info``. Series are summed over
 label sets (``model_name``, ``engine``) unless a label filter is given. A server that exposes
-no vLLM metrics (``--disable-log-stats``, or not vLLM at all) yields
-:class:`MetricsUnavailable` with a message saying so.
+no vLLM engine statistics (``--disable-log-stats``, or not vLLM at all) yields
+:class:`MetricsUnavailable` with a message saying so. vLLM 0.32 started with
+``--disable-log-stats`` still exposes a few ``vllm:`` series (tool-parser counters), so the
+test is for the engine's own series (:data:`ENGINE_SERIES`), not for any ``vllm:`` name.
+
+The page is untrusted: it is read up to :data:`MAX_METRICS_BODY` bytes, infinities and NaN
+become NaN (ignored by sums), negative counters are ignored and a non-finite increase counts
+as nothing, so absurd numbers cannot crash a decision or turn into a verdict.
 """
 
 from __future__ import annotations
@@ -17,6 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 Labels = tuple[tuple[str, str], ...]
+
+#: series only vLLM's engine statistics produce (absent with ``--disable-log-stats``)
+ENGINE_SERIES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                 "vllm:generation_tokens_total", "vllm:num_preemptions_total")
+#: the most of a ``/metrics`` page that is read (vLLM's is ~100 KiB)
+MAX_METRICS_BODY = 32 * 1024 * 1024
 
 
 class MetricsUnavailable(Exception):
@@ -40,16 +53,19 @@ class Snapshot:
         from prometheus_client.parser import text_string_to_metric_families
 
         samples: dict[tuple[str, Labels], float] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                key = (s.name, tuple(sorted(s.labels.items())))
-                samples[key] = _finite(float(s.value))
+        try:
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    key = (s.name, tuple(sorted(s.labels.items())))
+                    samples[key] = _finite(float(s.value))
+        except (TypeError, IndexError, KeyError, AttributeError, OverflowError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
         return cls(samples, time.time() if at is None else at)
 
     @property
     def has_vllm(self) -> bool:
-        """True when any ``vllm:`` series is present."""
-        return any(name.startswith("vllm:") for name, _ in self.samples)
+        """True when vLLM's engine statistics are present (any of :data:`ENGINE_SERIES`)."""
+        return any(name in ENGINE_SERIES for name, _ in self.samples)
 
     def series(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
         """All samples called ``name`` whose labels include ``match``."""
@@ -116,10 +132,13 @@ class Delta:
         before = {tuple(sorted(lbl.items())): v for lbl, v in self.earlier.series(name, **match)}
         for labels, value in self.later.series(name, **match):
             prev = before.get(tuple(sorted(labels.items())), 0.0)
-            if math.isnan(value):
+            if math.isnan(value) or value < 0:
                 continue
-            total += value - prev if value >= prev else value
-        return total
+            prev = 0.0 if math.isnan(prev) or prev < 0 else prev
+            step = value - prev if value >= prev else value
+            if math.isfinite(step):
+                total += step
+        return total if math.isfinite(total) else math.nan
 
     def prompt_tokens(self) -> float:
         return self.increase("vllm:prompt_tokens_total")
@@ -193,17 +212,27 @@ class MetricsScraper:
         if status == 404:
             raise MetricsUnavailable(f"{self.url} answered 404: not available from this "
                                      "server (not vLLM, or metrics disabled)")
+        if status in (401, 403):
+            raise MetricsUnavailable(f"{self.url} answered HTTP {status}: the metrics need "
+                                     "an API key the plugin does not have or that was "
+                                     "rejected; not available from this server with this key")
         if status != 200:
-            raise MetricsUnavailable(f"{self.url} answered HTTP {status}")
+            raise MetricsUnavailable(f"{self.url} answered HTTP {status}: not available "
+                                     "from this server right now (is it healthy?)")
+        if len(text) > MAX_METRICS_BODY:
+            raise MetricsUnavailable(f"{self.url} returned more than "
+                                     f"{MAX_METRICS_BODY // 2**20} MiB; not a vLLM metrics "
+                                     "page, not read")
         try:
             snap = Snapshot.parse(text)
         except ValueError as exc:
             raise MetricsUnavailable(f"{self.url} returned text that is not Prometheus "
                                      f"exposition format: {exc}") from None
         if not snap.has_vllm:
-            raise MetricsUnavailable(f"{self.url} exposes no vllm: series: not available "
-                                     "from this server (started with --disable-log-stats, "
-                                     "or not a vLLM server)")
+            raise MetricsUnavailable(f"{self.url} exposes no vLLM engine statistics (no vllm: "
+                                     "series such as vllm:num_requests_running): not "
+                                     "available from this server (started with "
+                                     "--disable-log-stats, or not a vLLM server)")
         return snap
 
     def scrape(self) -> Snapshot:
@@ -211,10 +240,23 @@ class MetricsScraper:
         import httpx
 
         try:
-            resp = httpx.get(self.url, headers=self.headers, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise MetricsUnavailable(f"cannot scrape {self.url}: {type(exc).__name__}") from None
-        return self._check(resp.status_code, resp.text)
+            with httpx.stream("GET", self.url, headers=self.headers,
+                              timeout=self.timeout) as resp:
+                raw = b""
+                for chunk in resp.iter_bytes():
+                    raw += chunk
+                    if len(raw) > MAX_METRICS_BODY:
+                        break
+        except Exception as exc:  # noqa: BLE001 - any transport failure: not available
+            raise MetricsUnavailable(self._unreachable(exc)) from None
+        return self._check(resp.status_code, raw.decode("utf-8", "replace"))
+
+    def _unreachable(self, exc: Exception) -> str:
+        name = type(exc).__name__
+        why = ("connection refused or host unreachable" if "ConnectError" in name
+               else f"no answer within {self.timeout:g} s" if "Timeout" in name else name)
+        return (f"cannot scrape {self.url}: {why}; metrics are not available (is the server "
+                "still up?)")
 
     async def ascrape(self, http: Any = None) -> Snapshot:
         """One asynchronous scrape (optionally through an existing ``httpx.AsyncClient``)."""
@@ -226,6 +268,6 @@ class MetricsScraper:
                     resp = await c.get(self.url)
             else:
                 resp = await http.get(self.url, headers=self.headers)
-        except httpx.HTTPError as exc:
-            raise MetricsUnavailable(f"cannot scrape {self.url}: {type(exc).__name__}") from None
-        return self._check(resp.status_code, resp.text)
+        except Exception as exc:  # noqa: BLE001 - any transport failure: not available
+            raise MetricsUnavailable(self._unreachable(exc)) from None
+        return self._check(resp.status_code, resp.content.decode("utf-8", "replace"))

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from .watchdog import Watchdog
+
 __all__ = ["LaunchError", "ServerExited", "ServerStartTimeout", "ServerProcess", "free_port"]
 
 
@@ -48,8 +50,9 @@ class ServerStartTimeout(LaunchError):
         self.log_tail = log_tail
         super().__init__(
             f"server did not become ready within {waited:.1f} s: {url} never answered "
-            f"(last poll: {last_poll}); the process (pid {pid}) is still running; "
-            f"last log lines:\n{log_tail}")
+            f"(last poll: {last_poll}); the process (pid {pid}) is still running; raise the "
+            f"launch timeout (--k3-launch-timeout) if it is only slow; last log lines:\n"
+            f"{log_tail}")
 
 
 def describe_returncode(returncode: int) -> str:
@@ -115,7 +118,9 @@ class ServerProcess:
     """One server subprocess in its own session/process group, with its output in a log file.
 
     Use as a context manager (``stop()`` on exit); ``stop()`` is also registered with
-    ``atexit`` while the process runs, so an interrupted test run leaves nothing behind.
+    ``atexit`` while the process runs, so an interrupted test run leaves nothing behind, and a
+    :class:`~pytest_k3accept.server.watchdog.Watchdog` stops the process group if this Python
+    process is killed (SIGTERM/SIGKILL) before it could call ``stop()``.
     """
 
     def __init__(self) -> None:
@@ -127,6 +132,7 @@ class ServerProcess:
         self._log_offset = 0
         self._lock = threading.Lock()
         self._stopped = False
+        self.watchdog: Watchdog | None = None
 
     # ------------------------------------------------------------------ start
     def start(self, command: str | Sequence[str], *, env: Mapping[str, str] | None = None,
@@ -152,6 +158,7 @@ class ServerProcess:
             except OSError as exc:
                 raise LaunchError(f"cannot start server command {argv[0]!r}: {exc}") from exc
         self.started_at = time.time()
+        self.watchdog = Watchdog(self.proc.pid)
         self.command = command if isinstance(command, str) else list(argv)
         self.log_path = log_path
         self._stopped = False
@@ -258,6 +265,8 @@ class ServerProcess:
             while time.monotonic() < end and self._survivors(pgid, escaped):
                 time.sleep(0.05)
             self._stopped = True
+            if self.watchdog is not None:
+                self.watchdog.disarm()
             atexit.unregister(self.stop)
             return proc.returncode
 

@@ -39,6 +39,9 @@ def k3_endpoint(request: pytest.FixtureRequest, k3_base_url: str) -> Endpoint:
     server is not vLLM), ``served_models``. ``k3_endpoint.client()`` makes an async
     :class:`~pytest_k3accept.client.K3Client`. Unreachable endpoints, a wrong model name or
     a rejected key skip the test with a specific message (or fail under ``--k3-require``).
+    An external ``--k3-endpoint`` is asked once, without waiting (a deployment under
+    acceptance should already be up); a ``--k3-launch`` server was waited for by
+    ``k3_server`` (``--k3-launch-timeout``). A failed discovery is cached for the session.
     """
     s = settings_of(request.config)
     try:
@@ -48,22 +51,26 @@ def k3_endpoint(request: pytest.FixtureRequest, k3_base_url: str) -> Endpoint:
         state_of(request.config).add("endpoint-error", str(exc), {"kind": exc.kind,
                                                                    "url": k3_base_url})
         unavailable(request.config, str(exc))
+    kind = f"vLLM {ep.version}" if ep.is_vllm else "not vLLM: no /version"
     state_of(request.config).add(
-        "endpoint", f"{ep.model} at {ep.base_url} (vLLM {ep.version or 'unknown'}, "
-        f"max_model_len {ep.max_model_len})", ep.as_dict())
+        "endpoint", f"{ep.model} at {ep.base_url} ({kind}, max_model_len "
+        f"{ep.max_model_len or 'unknown'})", ep.as_dict())
     return ep
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def k3_client(k3_endpoint: Endpoint) -> AsyncIterator[K3Client]:
+async def k3_client(request: pytest.FixtureRequest,
+                    k3_endpoint: Endpoint) -> AsyncIterator[K3Client]:
     """An async measuring client for the endpoint, closed after the test.
 
     ``await k3_client.chat(messages, stream=True, max_tokens=32)`` returns a
     :class:`~pytest_k3accept.client.RequestResult` with status, error body, TTFT,
     inter-token latencies, e2e latency and token counts from the server's ``usage``.
     """
+    from .server import watch_client  # its first success goes on the server timeline
+
     async with k3_endpoint.client() as client:
-        yield client
+        yield watch_client(request.config, client)
 
 
 @pytest.fixture
@@ -84,5 +91,5 @@ def k3_metrics(request: pytest.FixtureRequest, k3_endpoint: Endpoint) -> Metrics
     try:
         scraper.scrape()
     except MetricsUnavailable as exc:
-        unavailable(request.config, str(exc))
+        unavailable(request.config, f"k3_metrics: {exc}")
     return scraper
