@@ -126,3 +126,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if session.testscollected and ran == 0 and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print("\nK3ACCEPT_LIVE_REQUIRED=1 but no live test was collected", flush=True)
+
+
+# pytester moves HOME: pin the testbed's cache so inner runs (--k3-launch testbed) find it
+os.environ.setdefault("K3ACCEPT_CACHE", str(Path.home() / ".cache" / "pytest-k3accept"))
+# httpx imports httpcore lazily; in-process pytester runs would otherwise re-import it and
+# let one test's httpcore exception classes differ from another's
+import httpcore  # noqa: E402,F401

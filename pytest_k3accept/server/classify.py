@@ -277,9 +277,12 @@ def _without_log_evidence(tl: Timeline, lines: Sequence[LogLine], exit_code: int
     if exit_code is not None and exit_code != 0:
         killed = exit_code in (-9, 137)
         quotes.append(Quote(f"process exit code {exit_code}" + (
-            " (SIGKILL: the kernel OOM killer?)" if killed else "")))
+            " (SIGKILL from outside: an operator, a supervisor, or the kernel OOM killer - "
+            "check dmesg)" if killed else "")))
         if after_init:
-            category = "serving-oom" if killed else "serving"
+            # no out-of-memory line in the log: a killed server is a lost connection for the
+            # clients, never OOM evidence by itself
+            category = "connection" if killed else "serving"
         elif exit_code in (126, 127) or not (killed or tl.has("load_start")):
             category = "config"  # ended before it began loading: the command itself failed
         else:

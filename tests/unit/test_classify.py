@@ -131,7 +131,7 @@ def test_without_log_evidence_http_and_exit_code_decide() -> None:
     assert classify(after_init, http=hostile).evidence[0].text == \
         "HTTP 500: <b>\ufffd Bearer ***"
     killed = classify(after_init, exit_code=-9)
-    assert killed.category == "serving-oom" and "OOM killer" in killed.evidence[-1].text
+    assert killed.category == "connection" and "OOM killer" in killed.evidence[-1].text
     assert classify(START, exit_code=-9).category == "loading"
     assert classify("bash: line 1: nothing\n", exit_code=127).category == "config"
     refused = classify(after_init, http=HttpObservations(connection_errors=("refused",)))
