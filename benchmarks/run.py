@@ -1,0 +1,187 @@
+"""Side-by-side benchmark: the plugin's load runner vs raw aiohttp, GuideLLM and vllm bench.
+
+One run, one machine. Starts ``stub_server.py`` (raw asyncio streaming OpenAI stub, its own
+process) and drives it at concurrency 1, 64 and 512 and at a fixed request rate with each
+tool, same request count and payload (~32 prompt tokens, ``--chunks`` streamed chunks).
+Raw aiohttp and the runner are repeated ``--repeats`` times, interleaved (best req/s and
+lowest CPU/request kept) because the machine is shared. Then ``--accuracy`` (a real vLLM
+testbed: client vs server clock) and the plugin's own overhead. Prints one table.
+
+    python benchmarks/run.py                 # full (~15-25 min on 2 cores)
+    python benchmarks/run.py --quick         # CI: small counts, time caps, < ~2 min
+    python benchmarks/run.py --requests 64=5000,512=8000 --rate 600 --no-peers
+    tox -e bench -- --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import drivers  # noqa: E402
+import overhead  # noqa: E402
+import peers  # noqa: E402
+import stub_server  # noqa: E402
+
+FULL = {"c1": 300, "c64": 3000, "c512": 5000, "rate": 3000}
+QUICK = {"c1": 40, "c64": 400, "c512": 600, "rate": 300}
+TOOLS = ("raw aiohttp", "k3accept runner", "GuideLLM 0.8.1", "vllm bench serve")
+
+
+def modes(a: argparse.Namespace) -> list[tuple[str, int | None, float | None, int]]:
+    """(label, concurrency, rate, requests) per phase."""
+    counts = dict(QUICK if a.quick else FULL)
+    for part in filter(None, (a.requests or "").split(",")):
+        key, _, value = part.partition("=")
+        counts[key if key == "rate" or key.startswith("c") else f"c{key}"] = int(value)
+    out: list[tuple[str, int | None, float | None, int]] = [
+        (f"c={c}", c, None, counts[f"c{c}"]) for c in a.concurrency]
+    if a.rate:
+        out.append((f"rate={a.rate:g}/s", None, a.rate, counts["rate"]))
+    return out
+
+
+def fmt(v: Any, spec: str = ".0f") -> str:
+    """A table cell."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The side-by-side table; ratio = req/s / raw aiohttp's req/s in the same mode."""
+    base = {r["mode"]: r["rps"] for r in rows if r["tool"] == "raw aiohttp" and r["rps"]}
+    head = (f"{'tool':<18} {'mode':<12} {'ok':>6} {'err':>4} {'req/s':>8} {'in-flight':>9} "
+            f"{'ttft_p50':>9} {'ttft_p99':>9} {'cpu_us':>7} {'x_aiohttp':>9}  note")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ratio = r["rps"] / base[r["mode"]] if r["rps"] and base.get(r["mode"]) else None
+        lines.append(
+            f"{r['tool']:<18} {r['mode']:<12} {r['ok']:>6} {r['errors']:>4} "
+            f"{fmt(r['rps']):>8} {fmt(r['conc'], '.1f'):>9} {fmt(r['ttft_p50_ms'], '.2f'):>9} "
+            f"{fmt(r['ttft_p99_ms'], '.2f'):>9} {fmt(r['cpu_us']):>7} {fmt(ratio, '.2f'):>9}"
+            f"  {r['note']}")
+    return "\n".join(lines)
+
+
+def best(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best repeat by req/s, with the lowest CPU/request of all repeats."""
+    ran = [r for r in reps if r["rps"] is not None]
+    if not ran:
+        return reps[0]
+    top = dict(max(ran, key=lambda r: r["rps"]))
+    cpus = [r["cpu_us"] for r in ran if r["cpu_us"] is not None]
+    top["cpu_us"] = min(cpus) if cpus else None
+    spread = [r["rps"] for r in ran]
+    top["note"] = (top["note"] + " " if top["note"] else "") + (
+        f"best of {len(ran)} [{min(spread):.0f}-{max(spread):.0f}]" if len(ran) > 1 else "")
+    return top
+
+
+def throughput(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
+    """Every tool in every mode against one stub server."""
+    rows: list[dict[str, Any]] = []
+    tok, tok_why = peers.tokenizer() if a.peers else (None, "peers turned off (--no-peers)")
+    with stub_server.spawn(chunks=a.chunks) as srv:
+        log(f"# stub {srv.base_url} chunks={a.chunks} (own process)")
+        for label, conc, rate, n in modes(a):
+            warm = min(n, max(conc or 8, 8))
+            got: dict[str, list[dict[str, Any]]] = {"raw": [], "runner": []}
+            for i in range(a.repeats):
+                for tool in (("raw", "runner") if i % 2 == 0 else ("runner", "raw")):
+                    got[tool].append(drivers.run_inproc(
+                        tool, srv.url if tool == "raw" else srv.base_url, conc=conc,
+                        rate=rate, n=n, warm=warm, chunks=a.chunks, cap=a.cap))
+            for tool in ("raw", "runner"):
+                rows.append(best(got[tool]) | {"mode": label})
+                log(table([rows[-1]]).splitlines()[-1])
+            for name, fn in peers.PEERS.items():
+                if tok is None:
+                    row = drivers.skipped(TOOLS[2 if name == "guidellm" else 3], "", tok_why)
+                elif a.quick and conc not in (None, 64):
+                    row = drivers.skipped(TOOLS[2 if name == "guidellm" else 3], "",
+                                          "--quick: peers run at c=64 and rate mode only")
+                else:
+                    row = fn(srv.base_url, conc=conc, rate=rate, n=n, chunks=a.chunks,
+                             prompt_tokens=32, cap=a.peer_cap, tok=tok)
+                rows.append(row | {"mode": label})
+                log(table([rows[-1]]).splitlines()[-1])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse options, run every part, print the table (and ``--json``)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="CI size: small counts, time caps")
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[1, 64, 512], help="closed-loop concurrencies (default 1,64,512)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="open-loop request rate per second (default 400; 0 = no rate mode)")
+    ap.add_argument("--requests", help="counts per mode, e.g. 1=300,64=3000,512=5000,rate=3000")
+    ap.add_argument("--chunks", type=int, default=16, help="streamed chunks per response")
+    ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (3; quick 1)")
+    ap.add_argument("--cap", type=float, default=None, help="seconds per in-process phase")
+    ap.add_argument("--peer-cap", type=float, default=None, help="seconds per peer run")
+    ap.add_argument("--no-peers", dest="peers", action="store_false", help="skip the peers")
+    ap.add_argument("--accuracy", action=argparse.BooleanOptionalAction, default=None,
+                    help="vLLM testbed accuracy phase (default: on in full, off in --quick)")
+    ap.add_argument("--no-overhead", dest="overhead", action="store_false")
+    ap.add_argument("--json", help="also write every figure to this JSON file")
+    a = ap.parse_args(argv)
+    a.rate = (100.0 if a.quick else 400.0) if a.rate is None else a.rate
+    a.repeats = a.repeats or (1 if a.quick else 3)
+    a.cap = a.cap or (8.0 if a.quick else 120.0)
+    a.peer_cap = a.peer_cap or (75.0 if a.quick else 600.0)
+    a.accuracy = (not a.quick) if a.accuracy is None else a.accuracy
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    t0 = time.monotonic()
+    log(f"# k3accept benchmark {time.strftime('%Y-%m-%d %H:%M')} | {platform.node()} | "
+        f"{platform.processor() or platform.machine()} | {os.cpu_count()} CPUs | "
+        f"load {os.getloadavg()[0]:.1f} | python {platform.python_version()} | "
+        f"{'quick' if a.quick else 'full'}")
+    out: dict[str, Any] = {"rows": throughput(a, log)}
+    log("\n## throughput (times in ms; cpu_us = client CPU per request; x_aiohttp = req/s "
+        "ratio to raw aiohttp, same mode)")
+    log(table(out["rows"]))
+    if a.accuracy:
+        import accuracy
+
+        phases = [(1, 16), (64, 128)] if a.quick else [(1, 40), (64, 256)]
+        try:
+            out["accuracy"] = acc = accuracy.run(phases, log)
+            log("\n## accuracy vs vLLM's own histograms (means over the same requests, ms)")
+            for p in acc["phases"]:
+                log(f"c={p['concurrency']:<4} n={p['ok']:<4} TTFT client {fmt(p['ttft_client_ms'], '.2f')}"
+                    f" server {fmt(p['ttft_server_ms'], '.2f')} added {fmt(p['ttft_added_ms'], '+.2f')}"
+                    f" | e2e client {fmt(p['e2e_client_ms'], '.2f')} server "
+                    f"{fmt(p['e2e_server_ms'], '.2f')} added {fmt(p['e2e_added_ms'], '+.2f')}"
+                    f" | client TTFT p99 {fmt(p['ttft_client_p99_ms'], '.2f')}")
+            t = acc["telemetry"]
+            log(f"telemetry ({t['kind']}, interval {t['interval_s']:g} s, {t['samples']} "
+                f"samples): {t['cpu_ms_per_s']:.1f} ms CPU per s ({t['cpu_ms_per_sample']:.1f} "
+                "ms per sample)")
+        except Exception as exc:  # noqa: BLE001 - report, keep the rest
+            log(f"\n## accuracy: not measured ({type(exc).__name__}: {exc})")
+    if a.overhead:
+        out["overhead"] = ov = overhead.pytest_overhead(3 if a.quick else 7)
+        ov["import_s"] = overhead.import_time()
+        log(f"\n## plugin overhead (best of {ov['repeats']})\npytest with plugin "
+            f"{ov['with_s']:.3f} s, -p no:k3accept {ov['without_s']:.3f} s, added "
+            f"{ov['added_s']:+.3f} s (target <= 0.3 s); plugin import {ov['import_s']:.3f} s")
+    log(f"\n# total {time.monotonic() - t0:.0f} s")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
