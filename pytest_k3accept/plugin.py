@@ -22,6 +22,12 @@ WIRING: tuple[str, ...] = (
     "pytest_k3accept.wiring.checks",
     "pytest_k3accept.wiring.endpoint",
     "pytest_k3accept.wiring.server",
+    "pytest_k3accept.wiring.load",
+    "pytest_k3accept.wiring.host",
+    "pytest_k3accept.wiring.decide",
+    "pytest_k3accept.wiring.robustness",
+    "pytest_k3accept.wiring.report",
+    "pytest_k3accept.wiring.suites",
 )
 
 

@@ -1,28 +1,8 @@
-"""POC acceptance (single researcher): short context, concurrency 1, one feature at a time.
+"""POC suite, checkout entry: ``pytest suites/poc --k3-endpoint URL``.
 
-At best this suite establishes "functional verification possible", never production
-capacity.
+The tests live in the package (``pytest_k3accept/suites/poc/test_poc.py``) so that an
+installed plugin runs the same suite with ``pytest --pyargs pytest_k3accept.suites.poc``.
+Keep this directory without ``__init__.py`` (see docs/suites.md).
 """
 
-from __future__ import annotations
-
-import pytest
-
-pytestmark = pytest.mark.asyncio
-
-SHORT = [{"role": "user", "content": "Reply with a short greeting."}]
-
-
-async def test_api_round_trip(k3_client) -> None:
-    """One plain (non-streamed) chat completion on a short context."""
-    res = await k3_client.chat(SHORT, max_tokens=16)
-    assert res.ok, f"HTTP {res.status}: {res.error}"
-    assert res.prompt_tokens and res.completion_tokens, "server reported no usage"
-
-
-async def test_streamed_response(k3_client) -> None:
-    """One streamed response: first token and usage arrive separately from the request."""
-    res = await k3_client.chat(SHORT, stream=True, max_tokens=16)
-    assert res.ok, f"HTTP {res.status}: {res.error}"
-    assert res.ttft is not None, "no output token arrived in the stream"
-    assert res.completion_tokens, "stream carried no usage (stream_options.include_usage)"
+from pytest_k3accept.suites.poc.test_poc import *  # noqa: F401,F403

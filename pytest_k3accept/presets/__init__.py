@@ -1,0 +1,88 @@
+"""Deployment presets: what the suites expect of a deployment, kept in one data file.
+
+A preset names the environment (host driver, image CUDA runtime, GPU topology), the server's
+configuration (parallel layout, prefix caching, tool-call and reasoning parsers), the target
+load defaults and the per-suite values. The suites read every expectation from it; a team
+serving another model writes its own file and passes ``--k3-preset PATH``. Shipped presets:
+``kimi-k3`` (the default: Kimi K3's official vLLM recipe) and ``testbed`` (the embedded CPU
+testbed: no GPU, so the GPU expectations are absent and those checks skip with the reason).
+
+An expectation that is absent from a preset is *not checked*, and the check says so (with the
+preset's ``reason`` for the table, when it gives one), never silently passes. Pure: no pytest,
+no network. Errors (:class:`PresetError`) name the file, the field and what is expected.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..load.slo import SLOError, suggest
+from ._fields import from_mapping
+from .model import (DEFAULT, HERE, INTERCONNECTS, PREFIX_MODES, Environment, Preset,
+                    PresetError, Server, Suites, Targets)
+
+
+def shipped() -> dict[str, Path]:
+    """The presets shipped with the plugin: name -> file."""
+    return {p.stem: p for p in sorted(HERE.glob("*.toml"))}
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """The preset file for a shipped name or a path; :class:`PresetError` if there is none."""
+    text = str(name_or_path).strip()
+    if not text:
+        raise PresetError("--k3-preset: empty value; give a shipped preset name "
+                          f"({', '.join(shipped())}) or a path to a preset file")
+    known = shipped()
+    if text in known:
+        return known[text]
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    looks_like_path = any(c in text for c in "/\\") or path.suffix in (".toml", ".json")
+    hint = "" if looks_like_path else suggest(text, list(known))
+    raise PresetError(f"--k3-preset {text!r}: no such preset file"
+                      f"{'' if looks_like_path else ' and no shipped preset of that name'}"
+                      f"{hint}; shipped presets: {', '.join(known)}")
+
+
+def load_preset(name_or_path: str | Path) -> Preset:
+    """Read a preset by shipped name (``"kimi-k3"``, ``"testbed"``) or file path (TOML or
+    JSON). Raises :class:`PresetError` naming the file and the field for any bad value."""
+    path = resolve(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PresetError(f"{path}: cannot read the preset: {exc.strerror or exc}") from None
+    data = _decode(text, path)
+    return from_mapping(data, path)
+
+
+def _decode(text: str, path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover - Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PresetError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: "
+                          f"{exc.msg}") from None
+    except ValueError as exc:  # TOMLDecodeError names line and column
+        raise PresetError(f"{path}: invalid TOML: {exc}") from None
+    if not isinstance(data, dict):
+        raise PresetError(f"{path}: expected a table at the top level")
+    return data
+
+
+
+__all__ = ["Preset", "PresetError", "Environment", "Server", "Targets", "Suites",
+           "load_preset", "resolve", "shipped", "from_mapping", "DEFAULT", "HERE",
+           "INTERCONNECTS", "PREFIX_MODES", "SLOError"]

@@ -1,0 +1,1 @@
+"""The agent acceptance suite (see docs/suites.md)."""

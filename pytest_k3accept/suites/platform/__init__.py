@@ -1,0 +1,1 @@
+"""The platform acceptance suite (see docs/suites.md)."""

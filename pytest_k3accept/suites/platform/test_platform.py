@@ -1,0 +1,160 @@
+"""Platform acceptance, in the platform team's order: host driver, CUDA 13 image, single-node
+engine init, GPU topology and parallel layout, interconnect vs the all-to-all setting, one
+prefill request near the target context (not a tiny one), and connection errors kept apart
+from out-of-memory failures.
+
+An environment failure ends in ``move-environment`` (fix or move before any tuning). This
+suite measures no capacity: on a healthy deployment it ends in ``functional-only``; the
+target load is the production suite's job. Expectations come from the preset
+(``--k3-preset``) and, for the target context, the profile (``--k3-profile``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_k3accept.suites.support import all2all_problem, layout_problems, near_target
+from pytest_k3accept.wiring import settings_of, state_of, unavailable
+from pytest_k3accept.wiring.suites import record_response
+
+pytestmark = pytest.mark.k3_suite("platform")
+
+PREFILL_OUTPUT = 8
+
+
+@pytest.mark.k3_check("C4")
+@pytest.mark.k3_expect("driver")
+def test_1_host_driver(k3_host: Any) -> None:
+    """1. The host driver is at least the preset's ``driver_min`` on every GPU node."""
+    assert k3_host.drivers(), "no host driver reported by the host facts"
+
+
+@pytest.mark.k3_check("C3")
+@pytest.mark.k3_expect("cuda")
+def test_2_cuda_image(k3_host: Any) -> None:
+    """2. The image's CUDA runtime is the preset's (CUDA 13) and the driver supports it."""
+    assert k3_host.cuda_runtimes(), "no container CUDA runtime reported by the host facts"
+
+
+@pytest.mark.k3_check("C2")
+@pytest.mark.k3_startup
+def test_3_single_node_engine_init(k3_server: Any) -> None:
+    """3. Engine init completes (weights loaded, KV cache sized, ``init engine ... took``)
+    before the first response (needs --k3-launch or --k3-server-log)."""
+    k3_server.refresh()
+    assert k3_server.timeline.has("kv_cache_sized"), (
+        "the KV cache size line ('KV cache size: N tokens') is not in the log: init did not "
+        f"get that far (log: {k3_server.log_path})")
+
+
+@pytest.mark.k3_check("C5")
+@pytest.mark.k3_expect("topology")
+def test_4_gpu_topology(k3_host: Any) -> None:
+    """4a. GPU count and the interconnect match the preset's topology."""
+    assert k3_host.gpu_count, "no GPU reported by the host facts"
+
+
+@pytest.mark.k3_check("C5")
+def test_4_parallel_layout(request: pytest.FixtureRequest, k3_preset: Any,
+                           k3_server_args: Any) -> None:
+    """4b. The server runs the preset's parallel layout (expert parallelism, data- and
+    tensor-parallel sizes), read from its startup arguments."""
+    srv = k3_preset.server
+    if (srv.enable_expert_parallel, srv.min_data_parallel_size,
+            srv.min_tensor_parallel_size) == (None, None, None):
+        pytest.skip(k3_preset.absent("parallel layout ([server] enable_expert_parallel, "
+                                     "min_data_parallel_size, min_tensor_parallel_size)"))
+    if not k3_server_args.known:
+        unavailable(request.config, f"parallel layout not checked: {k3_server_args.source}")
+    problems = layout_problems(k3_server_args.values, expert_parallel=srv.enable_expert_parallel,
+                               min_dp=srv.min_data_parallel_size,
+                               min_tp=srv.min_tensor_parallel_size)
+    assert not problems, ("ENVIRONMENT: the server's parallel layout does not match the "
+                          f"preset {k3_preset.name!r}: " + "; ".join(problems))
+
+
+@pytest.mark.k3_check("C5")
+def test_4_interconnect_vs_all_to_all(request: pytest.FixtureRequest, k3_preset: Any,
+                                      k3_server_args: Any) -> None:
+    """4c. The ``--all2all-backend`` of the expert-parallel all-to-all fits the interconnect
+    the host facts show (NVLink within a node, RDMA across nodes)."""
+    allowed = k3_preset.server.all2all_backends
+    if not allowed:
+        pytest.skip(k3_preset.absent("all-to-all backends ([server.all2all_backends])"))
+    if not k3_server_args.known:
+        unavailable(request.config, f"all-to-all setting not checked: {k3_server_args.source}")
+    if not k3_server_args.get("enable_expert_parallel"):
+        pytest.skip("not checked: the server runs without expert parallelism, so no all-to-all "
+                    "(see the parallel-layout test)")
+    from pytest_k3accept.wiring.host import host_facts
+
+    backend = str(k3_server_args.get("all2all_backend", "allgather_reducescatter"))
+    ok, words = all2all_problem(backend, host_facts(request.config).interconnects(), allowed)
+    state_of(request.config).add("all2all", words, {"backend": backend, "ok": ok},
+                                 nodeid=request.node.nodeid)
+    if ok is None:
+        unavailable(request.config, f"interconnect unknown: {words}")
+    assert ok, f"ENVIRONMENT: {words}"
+
+
+@pytest.mark.k3_check("S4")
+@pytest.mark.asyncio
+async def test_5_prefill_near_target(request: pytest.FixtureRequest, k3_endpoint: Any,
+                                     k3_client: Any, k3_preset: Any, k3_profile: Any) -> None:
+    """5. One prefill request near the target context (the preset's ``prefill_tokens``, else
+    the profile's or preset's target ``context_tokens``), not a tiny one."""
+    from pytest_k3accept.load.profile import LoadProfile
+    from pytest_k3accept.load.synthetic import generate
+
+    given = settings_of(request.config).profile is not None
+    target = k3_preset.suites.prefill_tokens or (
+        k3_profile.context_tokens if given else k3_preset.targets.context_tokens)
+    fraction = k3_preset.suites.prefill_fraction
+    tokens, why = near_target(target, k3_endpoint.max_model_len, PREFILL_OUTPUT, fraction)
+    assert why is None, why
+    rs = await generate(k3_client, LoadProfile(name="near-target-prefill",
+                                               context_tokens=tokens, requests=1,
+                                               output_tokens=PREFILL_OUTPUT))
+    res = await k3_client.chat(rs.requests[0].messages, stream=True, max_tokens=PREFILL_OUTPUT)
+    kind = {"connection": "a CONNECTION error (network/transport; not an out-of-memory)",
+            "http-5xx": "a SERVER error (see the failure classification: OOM or otherwise)",
+            "timeout": "a TIMEOUT", "http-4xx": "REJECTED by the server"}.get(
+        res.error_kind or "", "an error")
+    assert res.ok, f"the {tokens}-token prefill ended in {kind}: HTTP {res.status}: {res.error}"
+    assert (res.prompt_tokens or 0) >= fraction * target, (
+        f"the prefill carried {res.prompt_tokens} prompt tokens, less than {fraction:.0%} of "
+        f"the target context {target}")
+    record_response(request, f"near-target prefill ({res.prompt_tokens} of {target} tokens)",
+                    res)
+
+
+@pytest.mark.k3_check("C1", "C11")
+def test_6_connection_errors_apart_from_oom(request: pytest.FixtureRequest) -> None:
+    """6. Connection errors and out-of-memory are different events: the server's life is
+    classified (OOM by phase, connection failures on their own) and the client's transport
+    errors are kept apart from server errors (needs --k3-launch or --k3-server-log)."""
+    from pytest_k3accept.wiring.server import http_record, observe
+
+    watch = observe(request.config)
+    cls = watch.classify()
+    rec = http_record(request.config)
+    data = {"category": cls.category, "phase": cls.phase,
+            "connection_errors": len(rec.connection_errors),
+            "server_errors": len(rec.server_errors)}
+    state_of(request.config).add(
+        "failure-split", f"server life: {cls.summary()}; client: {data['connection_errors']} "
+        f"connection error(s), {data['server_errors']} server error(s)", data,
+        nodeid=request.node.nodeid)
+    if cls.category == "connection":
+        pytest.fail(f"CONNECTION failure, not an out-of-memory: {cls.summary()}. Fix the "
+                    f"network / NCCL / RDMA path; do not tune memory. {cls.advice}",
+                    pytrace=False)
+    if cls.category in ("loading", "kv-capacity-at-init", "serving-oom"):
+        pytest.fail(f"OUT OF MEMORY ({cls.category}, {cls.phase}), not a connection problem: "
+                    f"{cls.summary()}. {cls.advice}", pytrace=False)
+    assert not cls.failed, f"the server failed: {cls.summary()}. {cls.advice}"
+    assert not rec.connection_errors, (
+        "the client saw connection errors while the server log shows no failure (network "
+        "between client and server, not OOM): " + "; ".join(rec.connection_errors[:3]))

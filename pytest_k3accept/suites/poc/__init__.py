@@ -1,0 +1,1 @@
+"""The poc acceptance suite (see docs/suites.md)."""

@@ -1,0 +1,1 @@
+"""The production acceptance suite (see docs/suites.md)."""

@@ -1,0 +1,165 @@
+"""Recovery after a restart (production suite, ``--k3-launch`` only).
+
+A copy of the launched server (same command, its own loopback port, its own log) is started
+beside the session's server, given a burst of requests, killed while they are in flight (a
+crash: SIGTERM and SIGKILL at once, no drain), then started again with the *same* command on
+the same port. Measured: how long the restart took, whether ``/health`` returns 200, whether
+a new burst succeeds, and how long until ``vllm:num_requests_running`` and
+``vllm:num_requests_waiting`` are back to 0 (the queue drained). The session's server under
+test is never touched, so its timeline stays its own. No pytest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SHORT = [{"role": "user", "content": "Count from one to forty in words, separated by commas."}]
+
+
+@dataclass
+class RestartResult:
+    """The figures of one crash-and-restart cycle."""
+
+    command: str = ""
+    log: str = ""
+    first_start_s: float | None = None
+    in_flight_at_crash: int = 0
+    lost_at_crash: dict[str, int] = field(default_factory=dict)
+    restart_s: float | None = None
+    health_status: int | None = None
+    after_ok: int = 0
+    after_total: int = 0
+    drained_s: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Restarted, /health 200, every request after the restart ok, queue drained."""
+        return (self.error is None and self.health_status == 200 and self.after_total > 0
+                and self.after_ok == self.after_total and self.drained_s is not None)
+
+    def problems(self) -> list[str]:
+        """What failed, in words (empty when :attr:`ok`)."""
+        out = []
+        if self.error:
+            out.append(self.error)
+        if self.error is None and self.health_status != 200:
+            out.append(f"/health answered {self.health_status} after the restart")
+        if self.after_total and self.after_ok < self.after_total:
+            out.append(f"{self.after_total - self.after_ok} of {self.after_total} requests "
+                       "after the restart failed")
+        if self.error is None and self.drained_s is None:
+            out.append("the queue (running + waiting requests) did not drain to 0")
+        return out
+
+    def line(self) -> str:
+        """One summary line."""
+        def s(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.1f} s"
+        return (f"restart recovery: crash with {self.in_flight_at_crash} requests in flight "
+                f"(lost: {self.lost_at_crash or 'none'}), restart {s(self.restart_s)}, "
+                f"/health {self.health_status}, {self.after_ok}/{self.after_total} ok after, "
+                f"queue drained in {s(self.drained_s)}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Evidence data (kind ``restart-recovery``)."""
+        return {**asdict(self), "ok": self.ok, "problems": self.problems()}
+
+
+async def _burst(base_url: str, model: str, n: int, api_key: str | None,
+                 timeout: float, max_tokens: int) -> list[Any]:
+    from ..client import K3Client
+
+    async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
+        return list(await asyncio.gather(*(client.chat(SHORT, stream=True,
+                                                       max_tokens=max_tokens, ignore_eos=True)
+                                           for _ in range(n))))
+
+
+def _gauges(base_url: str, headers: dict[str, str], timeout: float) -> tuple[float, float]:
+    from ..metrics import MetricsScraper
+
+    snap = MetricsScraper(base_url, headers=headers, timeout=timeout).scrape()
+    return snap.running() or 0.0, snap.waiting() or 0.0
+
+
+def _health(base_url: str, headers: dict[str, str], timeout: float) -> int | None:
+    import httpx
+
+    try:
+        return httpx.get(f"{base_url}/health", headers=headers, timeout=timeout).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: int,
+                start_timeout: float, drain_timeout: float, timeout: float = 30.0,
+                ) -> RestartResult:
+    """Start a copy of ``launch``, crash it under a burst, restart it, measure recovery.
+    Every process it starts is stopped before it returns."""
+    from ..endpoint import EndpointError, auth_headers, discover
+    from ..redact import Redactor
+    from ..relaunch import Relauncher
+    from ..server.launch import LaunchError, ServerProcess
+
+    relauncher = Relauncher(launch, artifacts=artifacts, timeout=start_timeout)
+    plan = relauncher.plan([])
+    env = None
+    if relauncher.testbed:
+        from .. import testbed
+
+        env = testbed.server_env()
+    artifacts.mkdir(parents=True, exist_ok=True)
+    log = artifacts / f"server-restart-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    out = RestartResult(command=Redactor().command(plan.command), log=str(log))
+    headers = auth_headers(api_key)
+    first, second = ServerProcess(), ServerProcess()
+    phase = "first start"
+    try:
+        t0 = time.monotonic()
+        first.start(plan.command, env=env, log_path=log)
+        first.wait_ready(plan.base_url, start_timeout)
+        out.first_start_s = time.monotonic() - t0
+        model = discover(plan.base_url, api_key=api_key, timeout=timeout).model
+
+        async def crash_under_load() -> list[Any]:
+            burst = asyncio.ensure_future(_burst(plan.base_url, model, requests, api_key,
+                                                 timeout, 512))
+            end = time.monotonic() + 20.0
+            while time.monotonic() < end and not burst.done():
+                running, waiting = await asyncio.to_thread(_gauges, plan.base_url, headers,
+                                                           timeout)
+                if running + waiting > 0:
+                    out.in_flight_at_crash = int(running + waiting)
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.to_thread(first.stop, 0.0)  # a crash: no graceful drain
+            return await burst
+        lost = asyncio.run(crash_under_load())
+        for res in lost:
+            if not res.ok:
+                kind = res.error_kind or "error"
+                out.lost_at_crash[kind] = out.lost_at_crash.get(kind, 0) + 1
+        phase, t1 = "restart", time.monotonic()
+        second.start(plan.command, env=env, log_path=log)
+        second.wait_ready(plan.base_url, start_timeout)
+        out.restart_s = time.monotonic() - t1
+        out.health_status = _health(plan.base_url, headers, timeout)
+        after = asyncio.run(_burst(plan.base_url, model, requests, api_key, timeout, 16))
+        out.after_total, out.after_ok = len(after), sum(1 for r in after if r.ok)
+        t2 = time.monotonic()
+        while time.monotonic() - t2 < drain_timeout:
+            if sum(_gauges(plan.base_url, headers, timeout)) == 0:
+                out.drained_s = time.monotonic() - t2
+                break
+            time.sleep(0.5)
+    except (LaunchError, EndpointError) as exc:
+        out.error = f"the server copy did not come up ({phase}): {str(exc).splitlines()[0]}"
+    finally:
+        first.stop()
+        second.stop()
+    return out
