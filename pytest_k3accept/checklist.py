@@ -41,7 +41,12 @@ MARKER_ITEMS: dict[str, tuple[str, ...]] = {
     "k3_cuda": ("C3",),
     "k3_topology": ("C5",),
     "k3_startup": ("C1", "C2"),
-    "k3_headroom": ("C9", "C10"),
+    "k3_headroom": ("C9",),
+}
+
+#: marker keyword arguments that imply further items (``k3_headroom(failover=True)`` -> C10)
+MARKER_KWARG_ITEMS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("k3_headroom", "failover"): ("C10",),
 }
 
 PASS, FAIL, SKIP, NOT_CHECKED = "pass", "fail", "skip", "not-checked"

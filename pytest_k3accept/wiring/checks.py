@@ -31,6 +31,9 @@ def items_of(item: pytest.Item) -> tuple[str, ...]:
                 except ValueError as exc:
                     raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
         found.extend(checklist.MARKER_ITEMS.get(mark.name, ()))
+        for (name, kwarg), implied in checklist.MARKER_KWARG_ITEMS.items():
+            if mark.name == name and mark.kwargs.get(kwarg):
+                found.extend(implied)
     return tuple(dict.fromkeys(found))
 
 

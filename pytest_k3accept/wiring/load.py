@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "max_waiting=0, min_free_gpu=None, failover=False, replicas=None, **profile_values): "
         "the test passes only if the target load (profile file/LoadProfile/table, plus inline "
         "values) ran with that headroom; runs the load itself when the test body did not "
-        "(checklist C9, C10)")
+        "(checklist C9; with failover=True also C10)")
     config.addinivalue_line(
         "markers",
         "k3_slo(**limits): SLOs (ttft_p99=2.0, e2e_p90=30, error_rate=0.01, goodput=1.5, "
