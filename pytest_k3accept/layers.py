@@ -16,9 +16,7 @@ assumed). Pure: no pytest, no network.
 from __future__ import annotations
 
 import difflib
-import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -126,28 +124,12 @@ def read_table(path: str | Path) -> tuple[dict[str, Any], str]:
 
     Raises :class:`LayersError` naming the file (and line) when it cannot be read or parsed.
     """
-    p = Path(path)
+    from .tables import TableError, read
+
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LayersError(f"{p}: cannot read the profile: {exc.strerror or exc}") from None
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover - Python 3.10
-                import tomli as tomllib
-            data = tomllib.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LayersError(f"{p}: line {exc.lineno}, column {exc.colno}: invalid JSON: "
-                          f"{exc.msg}") from None
-    except ValueError as exc:
-        raise LayersError(f"{p}: invalid TOML: {exc}") from None
-    if not isinstance(data, dict):
-        raise LayersError(f"{p}: expected a table at the top level, got {type(data).__name__}")
-    return data, text
+        return read(path, "the profile")
+    except TableError as exc:
+        raise LayersError(str(exc)) from None
 
 
 def load(path: str | Path | None) -> Layers:

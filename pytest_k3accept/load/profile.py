@@ -27,9 +27,7 @@ and what is expected. Pure: no pytest, no network.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -219,27 +217,14 @@ def _check_head(key: str, value: Any, where: str) -> Any:
     return _check(key, value, f"{where}: headroom")
 
 
-def _read_toml(text: str) -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    return tomllib.loads(text)
-
-
 def parse_text(text: str, fmt: str, where: str) -> dict[str, Any]:
     """Decode TOML (``fmt="toml"``) or JSON text to a table; errors name line and column."""
+    from ..tables import TableError, decode
+
     try:
-        data = _read_toml(text) if fmt == "toml" else json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{where}: line {exc.lineno}, column {exc.colno}: invalid JSON: "
-                           f"{exc.msg}") from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError says "(at line N, column M)"
-        raise ProfileError(f"{where}: invalid TOML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"{where}: expected a table of profile values at the top level, "
-                           f"got {type(data).__name__}")
-    return data
+        return decode(text, fmt, where, "profile values")
+    except TableError as exc:
+        raise ProfileError(str(exc)) from None
 
 
 #: tables of a profile file that other modules read (layers.py, procedure.py), not the load

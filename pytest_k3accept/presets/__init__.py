@@ -14,7 +14,6 @@ no network. Errors (:class:`PresetError`) name the file, the field and what is e
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,25 +60,12 @@ def load_preset(name_or_path: str | Path) -> Preset:
 
 
 def _decode(text: str, path: Path) -> dict[str, Any]:
-    import json
+    from ..tables import TableError, decode, fmt_of
 
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover - Python 3.10
-                import tomli as tomllib
-            data = tomllib.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PresetError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON: "
-                          f"{exc.msg}") from None
-    except ValueError as exc:  # TOMLDecodeError names line and column
-        raise PresetError(f"{path}: invalid TOML: {exc}") from None
-    if not isinstance(data, dict):
-        raise PresetError(f"{path}: expected a table at the top level")
-    return data
+        return decode(text, fmt_of(path), str(path))
+    except TableError as exc:
+        raise PresetError(str(exc)) from None
 
 
 

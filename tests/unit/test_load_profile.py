@@ -180,10 +180,10 @@ def test_examples_in_the_docs_are_valid() -> None:
     import re
 
     from pytest_k3accept.load.agentset import expand_agent_set
-    from pytest_k3accept.load.profile import _read_toml
+    from pytest_k3accept.tables import decode
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "load.md").read_text()
-    blocks = [_read_toml(b) for b in re.findall(r"```toml\n(.*?)```", text, re.S)]
+    blocks = [decode(b, "toml", "docs/load.md") for b in re.findall(r"```toml\n(.*?)```", text, re.S)]
     assert len(blocks) == 2
     assert len(expand_agent_set(blocks[0], "docs")) == 4
     assert LoadProfile.from_mapping(blocks[1], "docs").concurrency == 16
