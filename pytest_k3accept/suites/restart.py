@@ -2,7 +2,7 @@
 
 A copy of the launched server (same command, its own loopback port, its own log) is started
 beside the session's server, given a burst of requests, killed while they are in flight (a
-crash: SIGTERM and SIGKILL at once, no drain), then started again with the *same* command on
+crash: SIGKILL to its process group, no drain), then started again with the *same* command on
 the same port. Measured: how long the restart took, whether ``/health`` returns 200, whether
 a new burst succeeds, and how long until ``vllm:num_requests_running`` and
 ``vllm:num_requests_waiting`` are back to 0 (the queue drained). The session's server under
@@ -80,6 +80,18 @@ async def _burst(base_url: str, model: str, n: int, api_key: str | None,
                                            for _ in range(n))))
 
 
+def _crash(proc: Any) -> None:
+    """Kill the server's whole process group at once (SIGTERM would let uvicorn drain)."""
+    import os
+    import signal
+
+    try:
+        os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass
+    proc.stop(0.0)
+
+
 def _gauges(base_url: str, headers: dict[str, str], timeout: float) -> tuple[float, float]:
     from ..metrics import MetricsScraper
 
@@ -127,9 +139,11 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
         model = discover(plan.base_url, api_key=api_key, timeout=timeout).model
 
         async def crash_under_load() -> list[Any]:
+            # long answers (ignore_eos): the crash must find them in flight even on a fast
+            # machine; crash when the gauges show them, or 1.5 s after the burst at the latest
             burst = asyncio.ensure_future(_burst(plan.base_url, model, requests, api_key,
-                                                 timeout, 512))
-            end = time.monotonic() + 20.0
+                                                 timeout, 1536))
+            end = time.monotonic() + 1.5
             while time.monotonic() < end and not burst.done():
                 running, waiting = await asyncio.to_thread(_gauges, plan.base_url, headers,
                                                            timeout)
@@ -137,7 +151,7 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
                     out.in_flight_at_crash = int(running + waiting)
                     break
                 await asyncio.sleep(0.1)
-            await asyncio.to_thread(first.stop, 0.0)  # a crash: no graceful drain
+            await asyncio.to_thread(_crash, first)  # SIGKILL: no graceful drain
             return await burst
         lost = asyncio.run(crash_under_load())
         for res in lost:

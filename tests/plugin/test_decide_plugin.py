@@ -39,7 +39,7 @@ def test_verdict(k3_verdict):
 
 def test_layers_from_the_profile_decide_c12(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", profile=LAYERS_PROFILE)
-    pytester.makepyfile(test_layers=LAYERS_TEST)
+    pytester.makepyfile(test_team_layers=LAYERS_TEST)
     result = pytester.runpytest("--k3-profile", "profile.toml", "--k3-record", "rec.json",
                                 "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

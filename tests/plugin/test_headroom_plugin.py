@@ -7,6 +7,8 @@ Every run gets a ``conftest.py`` that writes the session's evidence and checklis
 
 from __future__ import annotations
 
+import re
+
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -108,13 +110,13 @@ def test_load_beyond_a_small_kv_cache_fails_headroom_with_numbers(
     res.assert_outcomes(failed=2)
     out = res.stdout.str()
     assert "NO headroom at " + small.base_url in out
-    assert "free KV cache at peak 0.0% < required 10.0%" in out
+    assert re.search(r"free KV cache at peak \d+\.\d% < required 10\.0%", out), out
     assert "preemptions > allowed 0" in out
     assert "requests queued for at least 1 s > allowed 0" in out
     heads = evidence(pytester, "headroom")
     assert [h["data"]["ok"] for h in heads] == [False, False]
     decode, queue = (h["data"] for h in heads)
-    assert decode["peak_kv_usage"] == 1.0 and decode["preemptions"] > 0
+    assert decode["peak_kv_usage"] > 0.9 and decode["preemptions"] > 0
     assert queue["sustained_waiting"] >= 1 and queue["queue_time_mean"] > 0.5
     loads = evidence(pytester, "load")
     assert all(ld["data"]["summary"]["errors"] == 0 for ld in loads)  # slow, not failing
