@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .layers import Layers, LayersError, read_table
-from .load.profile import DECISION_KEYS, LoadProfile, ProfileError
+from .load.profile import LoadProfile, ProfileError
+from .load.profile import from_table as load_from_table
 AUDIENCES = ("poc", "team", "platform", "production")
 NAMES = {1: "fix the request set", 2: "baseline at target, cache on", 3: "lower concurrency",
          4: "lower context length", 5: "change cache retention policy", 6: "restore targets",
@@ -125,14 +126,10 @@ def read_profile(path: str | Path | None, base: LoadProfile | None = None) -> De
     if audience is not None and audience not in AUDIENCES:
         raise ProcedureError(f"{p}: audience: expected one of {', '.join(AUDIENCES)}, got "
                              f"{audience!r}")
-    values = {k: v for k, v in data.items() if k not in DECISION_KEYS}
-    values.setdefault("name", p.stem)
     try:
-        load = LoadProfile.from_mapping(values, where=str(p), base=base)
+        load = load_from_table(data, p, base)
     except ProfileError as exc:
         raise ProcedureError(str(exc)) from None
-    if load.request_set and not Path(load.request_set).is_absolute():
-        load = dataclasses.replace(load, request_set=str((p.parent / load.request_set).resolve()))
     if spec.reduced_request_set and not Path(spec.reduced_request_set).is_absolute():
         spec = dataclasses.replace(spec, reduced_request_set=str(
             (p.parent / spec.reduced_request_set).resolve()))

@@ -240,11 +240,18 @@ def load(path: str | Path, base: LoadProfile | None = None) -> LoadProfile:
     except OSError as exc:
         raise ProfileError(f"{p}: cannot read the load profile: {exc.strerror or exc}") from None
     fmt = "json" if p.suffix.lower() == ".json" else "toml"
-    data = {k: v for k, v in parse_text(text, fmt, str(p)).items() if k not in DECISION_KEYS}
-    if "name" not in data:
-        data["name"] = p.stem
-    profile = LoadProfile.from_mapping(data, where=str(p), base=base)
+    return from_table(parse_text(text, fmt, str(p)), p, base)
+
+
+def from_table(data: Mapping[str, Any], path: Path, base: LoadProfile | None = None,
+               ) -> LoadProfile:
+    """The load part of an already decoded profile file: tables that other modules read
+    (:data:`DECISION_KEYS`) are left out, ``name`` defaults to the file's stem and
+    ``request_set`` is resolved relative to the file."""
+    values = {k: v for k, v in data.items() if k not in DECISION_KEYS}
+    values.setdefault("name", path.stem)
+    profile = LoadProfile.from_mapping(values, where=str(path), base=base)
     if profile.request_set and not Path(profile.request_set).is_absolute():
-        resolved = (p.parent / profile.request_set).resolve()
+        resolved = (path.parent / profile.request_set).resolve()
         profile = dataclasses.replace(profile, request_set=str(resolved))
     return profile
