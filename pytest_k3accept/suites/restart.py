@@ -70,6 +70,15 @@ class RestartResult:
         return {**asdict(self), "ok": self.ok, "problems": self.problems()}
 
 
+def crash_tokens(max_model_len: int | None) -> int:
+    """Output tokens of each request the crash must catch in flight: as many as the context
+    leaves after the short prompt (at most 16,384; 1,536 when the context is unknown). At
+    ~1 ms a decode step a 2,048-token testbed finished 1,536 tokens before the crash came."""
+    if not max_model_len:
+        return 1536
+    return max(16, min(16384, max_model_len - 128))
+
+
 async def _burst(base_url: str, model: str, n: int, api_key: str | None,
                  timeout: float, max_tokens: int) -> list[Any]:
     from ..client import K3Client
@@ -136,13 +145,15 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
         first.start(plan.command, env=env, log_path=log)
         first.wait_ready(plan.base_url, start_timeout)
         out.first_start_s = time.monotonic() - t0
-        model = discover(plan.base_url, api_key=api_key, timeout=timeout).model
+        found = discover(plan.base_url, api_key=api_key, timeout=timeout)
+        model, tokens = found.model, crash_tokens(found.max_model_len)
 
         async def crash_under_load() -> list[Any]:
-            # long answers (ignore_eos): the crash must find them in flight even on a fast
-            # machine; crash when the gauges show them, or 1.5 s after the burst at the latest
+            # answers as long as the context allows (ignore_eos): the crash must find them in
+            # flight even on a fast machine; crash when the gauges show them, or 1.5 s after
+            # the burst at the latest
             burst = asyncio.ensure_future(_burst(plan.base_url, model, requests, api_key,
-                                                 timeout, 1536))
+                                                 timeout, tokens))
             end = time.monotonic() + 1.5
             while time.monotonic() < end and not burst.done():
                 running, waiting = await asyncio.to_thread(_gauges, plan.base_url, headers,

@@ -24,12 +24,16 @@ pytestmark = [pytest.mark.live]
 
 KEY = "sekrit-test-key"
 USER = [{"role": "user", "content": "Tell me about the weather."}]
+LONG = 8000  # output tokens of the kill test's streams (the guarded server's context: 8,192)
 
 
 @pytest.fixture(scope="module")
 def guarded(testbed_factory: Any) -> Iterator[Any]:
     """A real vLLM server that demands an API key and keeps no engine statistics."""
-    server = testbed_factory(args=("--api-key", KEY, "--disable-log-stats"))
+    # a long context: the kill test's streams must still be far from their end on a fast
+    # machine (1,900 tokens were once all delivered before the kill came)
+    server = testbed_factory(args=("--api-key", KEY, "--disable-log-stats"),
+                             max_model_len=8192)
     yield server
     server.process.stop()
 
@@ -132,11 +136,11 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
 
     async def run() -> tuple[list[RequestResult], float]:
         async with ep.client(timeout=30) as client:
-            tasks = [asyncio.create_task(client.chat(USER, stream=True, max_tokens=1900,
+            tasks = [asyncio.create_task(client.chat(USER, stream=True, max_tokens=LONG,
                                                      ignore_eos=True)) for _ in range(4)]
             # a fifth stream, read here: once it has delivered tokens, so have the others
-            # (same start, same batch), and each is far from its 1900th token
-            body = {"model": "k3-testbed", "messages": USER, "max_tokens": 1900,
+            # (same start, same batch), and each is far from its last token
+            body = {"model": "k3-testbed", "messages": USER, "max_tokens": LONG,
                     "ignore_eos": True, "stream": True}
             async with client.http.stream("POST", "/v1/chat/completions", json=body) as resp:
                 seen = 0
@@ -145,11 +149,12 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
                     if seen >= 5:
                         break
                 # the others may be admitted a step after the fifth: give them a moment to
-                # stream too (1900 tokens each are still seconds away)
+                # stream too (LONG tokens each are still seconds away)
                 await asyncio.sleep(0.5)
                 assert not any(t.done() for t in tasks), "requests ended before the kill"
                 os.killpg(guarded.process.pid, signal.SIGKILL)
                 t_kill = time.monotonic()
+                assert guarded.process.wait(10) == -signal.SIGKILL, "the server outlived SIGKILL"
                 results = await asyncio.gather(*tasks)
             return results, time.monotonic() - t_kill
 
@@ -159,7 +164,8 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
         guarded.process.stop()
     assert after_kill < 10, "requests hung after the kill"
     counts = error_counts(results)
-    assert counts["connection"] == 4 and counts["timeout"] == 0, [r.error for r in results]
+    assert counts["connection"] == 4 and counts["timeout"] == 0, [
+        (r.error, r.chunks, r.e2e) for r in results]
     cut = [r for r in results if r.status == 200]
     assert cut and all("was lost after HTTP 200" in (r.error or "") for r in cut)
     assert sum(r.chunks for r in results) > 4 and any(r.text for r in results)  # kept
