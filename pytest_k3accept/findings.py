@@ -93,10 +93,10 @@ class Run:
         return self.peak_kv <= 1.0 - self.min_free
 
     def label(self) -> str:
-        """``concurrency 16, context 6000 tokens``."""
-        conc = "?" if self.concurrency is None else str(self.concurrency)
-        ctx = "?" if self.context_tokens is None else str(self.context_tokens)
-        return f"concurrency {conc}, context {ctx} tokens"
+        """``concurrency 16, context 6000 tokens``; an unknown part is named as unknown."""
+        conc = "unknown" if self.concurrency is None else str(self.concurrency)
+        ctx = "unknown" if self.context_tokens is None else f"{self.context_tokens} tokens"
+        return f"concurrency {conc}, context {ctx}"
 
     def figures(self) -> str:
         """The numbers a reason quotes."""

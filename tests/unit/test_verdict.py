@@ -304,3 +304,11 @@ def test_failed_requests_are_not_a_capacity_figure(kind: str) -> None:
 def test_timeouts_under_load_are_a_capacity_signal() -> None:
     v = decide(statuses(), [load(16, 2048, errors=4, kind="timeout"), load(4, 2048)])
     assert v.name == ACCEPT_LIMITS
+
+
+def test_an_unknown_load_size_is_named_unknown_not_guessed() -> None:
+    run = load(16, 6000)
+    del run.data["profile"]["context_tokens"]
+    v = decide(statuses(), [run])
+    assert any("concurrency 16, context unknown" in r for r in v.reasons), v.reasons
+    assert not any("?" in r for r in v.reasons)
