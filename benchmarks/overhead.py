@@ -5,8 +5,9 @@
   interleaved subprocess runs each, so other load on the machine inflates both alike.
 * :func:`telemetry_cpu`: process CPU time of :class:`pytest_k3accept.telemetry.GpuTelemetry`
   at its default interval (``--k3-gpu-interval``, 0.5 s). Without a GPU it falls back to
-  vLLM's KV-cache usage, read by a full ``/metrics`` scrape of the server: that is what is
-  measured here, against a real server, minus an idle baseline of the same length.
+  vLLM's KV-cache usage, read from the server's ``/metrics`` with a line scan: that is what
+  is measured here, against a real server, minus an idle baseline of the same length, side
+  by side with a full ``prometheus_client`` parse per sample (what it did before).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def import_time() -> float:
 
 def telemetry_cpu(base_url: str, seconds: float = 5.0,
                   interval: float | None = None) -> dict[str, Any]:
-    """CPU seconds per wall second of KV-usage sampling against ``base_url``'s /metrics."""
+    """CPU seconds per wall second of KV-usage sampling against ``base_url``'s /metrics:
+    the plugin's reader (``MetricsScraper.gauges``, a line scan) and, side by side, a full
+    ``prometheus_client`` parse per sample (``scrape().kv_cache_usage()``, the peer)."""
     from pytest_k3accept.metrics import MetricsScraper
     from pytest_k3accept.settings import Settings
     from pytest_k3accept.telemetry import GpuTelemetry
@@ -76,19 +79,27 @@ def telemetry_cpu(base_url: str, seconds: float = 5.0,
     scraper = MetricsScraper(base_url, timeout=10.0)
     scraper.scrape()  # warm: imports, connection
 
-    def kv() -> float | None:
+    def scan() -> float | None:
+        return scraper.gauges().get("kv")
+
+    def full() -> float | None:
         return scraper.scrape().kv_cache_usage()
 
     c0 = time.process_time()
     time.sleep(seconds)
     idle = time.process_time() - c0
-    tel = GpuTelemetry(None, interval=interval, reason="benchmark: no GPU", kv_reader=kv,
-                       kv_label=f"{base_url}/metrics")
-    c0, t0 = time.process_time(), time.perf_counter()
-    with tel:
-        time.sleep(seconds)
-    cpu, wall = time.process_time() - c0 - idle, time.perf_counter() - t0
-    samples = max(1, tel.samples)
-    return {"interval_s": interval, "samples": tel.samples, "wall_s": wall,
-            "cpu_ms_per_s": cpu / wall * 1e3, "cpu_ms_per_sample": cpu / samples * 1e3,
-            "kind": tel.kind}
+    out: dict[str, Any] = {"interval_s": interval}
+    for name, reader in (("scan", scan), ("full", full)):
+        tel = GpuTelemetry(None, interval=interval, reason="benchmark: no GPU",
+                           kv_reader=reader, kv_label=f"{base_url}/metrics")
+        c0, t0 = time.process_time(), time.perf_counter()
+        with tel:
+            time.sleep(seconds)
+        cpu, wall = time.process_time() - c0 - idle, time.perf_counter() - t0
+        samples = max(1, tel.samples)
+        out[name] = {"samples": tel.samples, "wall_s": wall, "cpu_ms_per_s": cpu / wall * 1e3,
+                     "cpu_ms_per_sample": cpu / samples * 1e3, "kind": tel.kind}
+    out.update(out["scan"])  # the plugin's figures at the top level
+    out["full_parse_ratio"] = (out["full"]["cpu_ms_per_sample"]
+                               / max(1e-9, out["scan"]["cpu_ms_per_sample"]))
+    return out

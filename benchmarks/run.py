@@ -166,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                     f" | client TTFT p99 {fmt(p['ttft_client_p99_ms'], '.2f')}")
             t = acc["telemetry"]
             log(f"telemetry ({t['kind']}, interval {t['interval_s']:g} s, {t['samples']} "
-                f"samples): {t['cpu_ms_per_s']:.1f} ms CPU per s ({t['cpu_ms_per_sample']:.1f} "
-                "ms per sample)")
+                f"samples): {t['cpu_ms_per_s']:.1f} ms CPU per s ({t['cpu_ms_per_sample']:.2f} "
+                f"ms per sample); a full parse per sample (peer): "
+                f"{t['full']['cpu_ms_per_s']:.1f} ms CPU per s, "
+                f"{t['full_parse_ratio']:.0f}x the plugin's CPU per sample")
         except Exception as exc:  # noqa: BLE001 - report, keep the rest
             log(f"\n## accuracy: not measured ({type(exc).__name__}: {exc})")
     if a.overhead:

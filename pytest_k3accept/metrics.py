@@ -199,6 +199,35 @@ def parse_many(texts: Iterable[str]) -> list[Snapshot]:
     return [Snapshot.parse(t) for t in texts]
 
 
+#: the gauges a sampler reads often, and the short names :func:`scan_gauges` gives them
+GAUGES = {"vllm:kv_cache_usage_perc": "kv", "vllm:num_requests_running": "running",
+          "vllm:num_requests_waiting": "waiting"}
+_GAUGE_PREFIXES = tuple(GAUGES)
+
+
+def scan_gauges(text: str) -> dict[str, float]:
+    """The KV usage / running / waiting gauges (:data:`GAUGES`) from Prometheus text,
+    summed over label sets, with a line scan (~0.1 ms for vLLM's page, ~300x cheaper than
+    a full parse). Non-finite values are left out, as in :meth:`Snapshot.value`."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(_GAUGE_PREFIXES):
+            continue
+        brace = line.find("{")
+        name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
+        key = GAUGES.get(name)
+        if key is None:
+            continue
+        rest = line[line.rfind("}") + 1:] if brace >= 0 else line[len(name):]
+        try:
+            value = float(rest.split()[0])
+        except (ValueError, IndexError):
+            continue
+        if math.isfinite(value):
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
 class MetricsScraper:
     """Scrapes ``{base_url}/metrics``; sync and async variants share the parsing."""
 
@@ -235,21 +264,36 @@ class MetricsScraper:
                                      "--disable-log-stats, or not a vLLM server)")
         return snap
 
-    def scrape(self) -> Snapshot:
-        """One synchronous scrape."""
+    def _fetch(self) -> tuple[int, str]:
+        """Status and text of one GET, read up to just past :data:`MAX_METRICS_BODY`."""
         import httpx
 
+        with httpx.stream("GET", self.url, headers=self.headers, timeout=self.timeout) as resp:
+            raw = b""
+            for chunk in resp.iter_bytes():
+                raw += chunk
+                if len(raw) > MAX_METRICS_BODY:
+                    break
+        return resp.status_code, raw.decode("utf-8", "replace")
+
+    def scrape(self) -> Snapshot:
+        """One synchronous scrape."""
         try:
-            with httpx.stream("GET", self.url, headers=self.headers,
-                              timeout=self.timeout) as resp:
-                raw = b""
-                for chunk in resp.iter_bytes():
-                    raw += chunk
-                    if len(raw) > MAX_METRICS_BODY:
-                        break
+            status, text = self._fetch()
         except Exception as exc:  # noqa: BLE001 - any transport failure: not available
             raise MetricsUnavailable(self._unreachable(exc)) from None
-        return self._check(resp.status_code, raw.decode("utf-8", "replace"))
+        return self._check(status, text)
+
+    def gauges(self) -> dict[str, float]:
+        """One cheap synchronous sample of :data:`GAUGES` (line scan, no full parse);
+        empty when the page cannot be read or holds none of them."""
+        try:
+            status, text = self._fetch()
+        except Exception:  # noqa: BLE001 - a sample may fail under load
+            return {}
+        if status != 200 or len(text) > MAX_METRICS_BODY:
+            return {}
+        return scan_gauges(text)
 
     def _unreachable(self, exc: Exception) -> str:
         name = type(exc).__name__

@@ -15,36 +15,15 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..metrics import GAUGES, scan_gauges
+
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
 
     from ..metrics import MetricsScraper, Snapshot
 
-_GAUGES = {"vllm:kv_cache_usage_perc": "kv", "vllm:num_requests_running": "running",
-           "vllm:num_requests_waiting": "waiting"}
-_PREFIXES = tuple(_GAUGES)
 #: a queue counts as sustained when it was present in every sample over this many seconds
 SUSTAINED_S = 1.0
-
-
-def scan_gauges(text: str) -> dict[str, float]:
-    """The KV usage / running / waiting gauges from Prometheus text (summed over labels)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(_PREFIXES):
-            continue
-        brace = line.find("{")
-        name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
-        key = _GAUGES.get(name)
-        if key is None:
-            continue
-        rest = line[line.rfind("}") + 1:] if brace >= 0 else line[len(name):]
-        try:
-            value = float(rest.split()[0])
-        except (ValueError, IndexError):
-            continue
-        out[key] = out.get(key, 0.0) + value
-    return out
 
 
 def _successes(later: "Snapshot", earlier: "Snapshot | None") -> float:
@@ -203,7 +182,7 @@ class Monitor:
 
     def sample_gauges_from(self, snap: "Snapshot") -> None:
         """Fold a full snapshot's gauges into the peaks (covers runs shorter than a sample)."""
-        for name, key in _GAUGES.items():
+        for name, key in GAUGES.items():
             value = snap.value(name)
             if value is not None and value > self.peaks.get(key, float("-inf")):
                 self.peaks[key] = value

@@ -177,7 +177,8 @@ def _kv_reader(request: pytest.FixtureRequest) -> tuple[Callable[[], float | Non
     if base:
         scraper = MetricsScraper(base, headers=auth_headers(s.api_key()),
                                  timeout=min(s.timeout, 10.0))
-        candidates.append((lambda: scraper.scrape().kv_cache_usage(), f"{shown(base)}/metrics"))
+        # sampled every --k3-gpu-interval: a line scan of the page, not a full parse
+        candidates.append((lambda: scraper.gauges().get("kv"), f"{shown(base)}/metrics"))
     for reader, label in candidates:
         try:
             if reader() is not None:

@@ -15,6 +15,7 @@ from pytest_k3accept.client import RequestResult
 from pytest_k3accept.load import monitor, synthetic
 from pytest_k3accept.load.profile import LoadProfile
 from pytest_k3accept.load.requestset import ChatRequest, RequestSet
+from pytest_k3accept.metrics import scan_gauges
 from pytest_k3accept.load.runner import run_load
 
 
@@ -190,7 +191,9 @@ def test_gauge_scan_and_sustained_queue() -> None:
             'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0\n'
             'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 9.0\n'
             "vllm:num_requests_running 2\n")
-    assert monitor.scan_gauges(text) == {"kv": 0.25, "waiting": 4.0, "running": 2.0}
+    assert scan_gauges(text) == {"kv": 0.25, "waiting": 4.0, "running": 2.0}
+    hostile = "vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running +Inf\n" + text
+    assert scan_gauges(hostile) == {"kv": 0.25, "waiting": 4.0, "running": 2.0}
     blip = [(0.0, 0.0), (0.25, 5.0), (0.5, 0.0), (0.75, 0.0), (1.0, 0.0), (1.25, 0.0)]
     assert monitor.sustained(blip, 1.0) == 0.0
     queue = [(t / 4, 6.0 if 1 <= t <= 6 else 0.0) for t in range(10)]
