@@ -9,20 +9,16 @@ printed with the evidence it rests on.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from typing import Any, Awaitable, Callable, Generator, TypeVar
+from typing import Any, Generator
 
 import pytest
 
 from ..layers import Layers
-from ..procedure import DecisionProfile, ProcedureError, ProcedureSpec, read_profile
+from ..procedure import DecisionProfile, ProcedureError, ProcedureSpec
 from ..verdict import Verdict, decide_state, verdict_lines
-from . import settings_of, state_of, unavailable
+from . import profile_of, progress_printer, run_sync, settings_of, state_of, unavailable
 
-PROFILE_KEY = pytest.StashKey[DecisionProfile]()
 FINAL_KEY = pytest.StashKey[Verdict]()
-T = TypeVar("T")
 #: the A/B runs at most this many requests of the profile's request set per side
 AB_MAX_REQUESTS = 16
 
@@ -33,24 +29,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "k3_procedure(reduced_concurrency=None, reduced_context_tokens=None, reduced_rate=None, "
         "retention_interval=1024, retention_args=(), reduced_request_set=None): values of the "
         "re-measurement procedure run by k3_procedure, over the profile's [procedure] table")
-    try:
-        config.stash[PROFILE_KEY] = read_profile(settings_of(config).profile)
-    except ProcedureError as exc:
-        raise pytest.UsageError(f"--k3-profile: {exc}") from None
+    profile_of(config)  # a bad --k3-profile stops the session here
 
 
 def decision_profile(config: pytest.Config) -> DecisionProfile:
     """The session's profile read whole (load values, layers, procedure, audience)."""
-    found = config.stash.get(PROFILE_KEY, None)
-    return found if found is not None else DecisionProfile(read_profile(None).load)
-
-
-def _run(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine on a private event loop in a worker thread (safe inside any test)."""
-    async def main() -> T:
-        return await make()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="k3-decide") as pool:
-        return pool.submit(asyncio.run, main()).result()
+    return profile_of(config)
 
 
 def _decides(request: pytest.FixtureRequest, *items: str) -> None:
@@ -61,22 +45,6 @@ def _decides(request: pytest.FixtureRequest, *items: str) -> None:
     have = node.stash.get(ITEMS_KEY, ())
     node.stash[ITEMS_KEY] = tuple(dict.fromkeys((*have, *items)))
     node.user_properties.append(("k3_checklist", ",".join(node.stash[ITEMS_KEY])))
-
-
-def _progress(config: pytest.Config) -> Callable[[Any], None] | None:
-    """A printer of the load runner's progress lines (None when quiet)."""
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    if terminal is None or config.get_verbosity() < 0:
-        return None
-    capman = config.pluginmanager.get_plugin("capturemanager")
-
-    def show(p: Any) -> None:
-        if capman is None:
-            terminal.write_line(f"[k3_procedure] {p.line()}")
-            return
-        with capman.global_and_fixture_disabled():
-            terminal.write_line(f"[k3_procedure] {p.line()}")
-    return show
 
 
 def _target(config: pytest.Config) -> dict[str, Any] | None:
@@ -109,7 +77,7 @@ def _ab_sides(request: pytest.FixtureRequest, endpoint: Any) -> tuple[list[Any],
     if s.launch:
         from ..relaunch import Relauncher
 
-        cfg = _run(lambda: live_config(endpoint.base_url, s.api_key(), s.timeout))
+        cfg = run_sync(lambda: live_config(endpoint.base_url, s.api_key(), s.timeout))
         on = cfg.get("enable_prefix_caching", "True").lower() == "true"
         flag = "--no-enable-prefix-caching" if on else "--enable-prefix-caching"
         var = Relauncher(s.launch, artifacts=s.artifacts, timeout=s.launch_timeout).start(
@@ -169,7 +137,7 @@ def k3_prefix_ab(request: pytest.FixtureRequest, k3_endpoint: Any) -> Any:
         return await run_ab(sides, rs, api_key=s.api_key(), timeout=s.timeout)
 
     try:
-        result = _run(go)
+        result = run_sync(go)
     except ABError as exc:
         unavailable(config, f"k3_prefix_ab: {exc}")
     except ValueError as exc:  # the profile's request set or synthetic lengths are bad
@@ -221,8 +189,8 @@ def k3_procedure(request: pytest.FixtureRequest, k3_endpoint: Any) -> Any:
     relauncher = (Relauncher(s.launch, artifacts=s.artifacts, timeout=s.launch_timeout)
                   if s.launch else None)
     try:
-        result = _run(lambda: run_procedure(k3_endpoint, dp, relauncher=relauncher,
-                                            progress=_progress(config)))
+        result = run_sync(lambda: run_procedure(k3_endpoint, dp, relauncher=relauncher,
+                                            progress=progress_printer(config, "k3_procedure")))
     except ValueError as exc:  # ProfileError, RequestSetError, SyntheticError: bad input
         pytest.fail(f"k3_procedure: {exc}", pytrace=False)
     state_of(config).add("procedure", result.summary(), result.as_dict(),

@@ -10,10 +10,8 @@ complete headroom test.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Generator, TypeVar
+from typing import Any, Generator
 
 import pytest
 
@@ -22,11 +20,9 @@ from ..load.profile import LoadProfile, ProfileError
 from ..load.profile import load as _load_profile
 from ..load.requestset import RequestSet, RequestSetError
 from ..load.slo import SLO, SLOError
-from . import settings_of, state_of, unavailable
+from . import profile_of, progress_printer, run_sync, settings_of, state_of, unavailable
 
-PROFILE_KEY = pytest.StashKey[LoadProfile]()
 MARKED_KEY = pytest.StashKey[LoadProfile]()
-T = TypeVar("T")
 _PROGRESS_EVERY = 5.0
 
 
@@ -44,26 +40,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "k3_slo(**limits): SLOs (ttft_p99=2.0, e2e_p90=30, error_rate=0.01, goodput=1.5, "
         "goodput_ttft=2.0 ...) that every load run of the test must meet; a breach fails the "
         "test with measured vs required values")
-    path = settings_of(config).profile
-    if path is not None:
-        try:
-            config.stash[PROFILE_KEY] = _load_profile(path)
-        except ProfileError as exc:
-            raise pytest.UsageError(f"--k3-profile: {exc}") from None
+    profile_of(config)  # a bad --k3-profile stops the session here
 
 
-def run_sync(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine on a private event loop in a worker thread (safe inside any test)."""
-    async def main() -> T:
-        return await make()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="k3-load") as pool:
-        return pool.submit(asyncio.run, main()).result()
 
 
 @pytest.fixture(scope="session")
 def k3_profile(request: pytest.FixtureRequest) -> LoadProfile:
     """The session's target load: ``--k3-profile FILE`` (TOML/JSON), or the defaults."""
-    return request.config.stash.get(PROFILE_KEY, LoadProfile())
+    return profile_of(request.config).load
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +100,7 @@ class LoadFixture:
         if telemetry is None:  # the test's GPU sampler, when it asked for one
             telemetry = self.telemetry or getattr(self.item, "funcargs", {}).get("k3_gpu")
         result = await run_load(endpoint or self.endpoint, requests, prof,
-                                progress=_progress(self.item.config),
+                                progress=progress_printer(self.item.config, "k3_load"),
                                 progress_interval=_PROGRESS_EVERY, telemetry=telemetry)
         self.results.append(result)
         data = result.as_dict()
@@ -131,21 +116,6 @@ class LoadFixture:
             return prof.replace("k3_load.run()", **overrides) if overrides else prof
         except ProfileError as exc:
             pytest.fail(str(exc), pytrace=False)
-
-
-def _progress(config: pytest.Config) -> Callable[[Any], None] | None:
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    if terminal is None or config.get_verbosity() < 0:
-        return None
-    capman = config.pluginmanager.get_plugin("capturemanager")
-
-    def show(p: Any) -> None:
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                terminal.write_line(f"[k3_load] {p.line()}")
-        else:
-            terminal.write_line(f"[k3_load] {p.line()}")
-    return show
 
 
 def marker_profile(item: pytest.Item, base: LoadProfile) -> LoadProfile:
@@ -195,7 +165,7 @@ def k3_load(request: pytest.FixtureRequest, k3_profile: LoadProfile,
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Validate ``k3_headroom``/``k3_slo`` values and give marked tests ``k3_load``."""
-    base = config.stash.get(PROFILE_KEY, LoadProfile())
+    base = profile_of(config).load
     for item in items:
         if not (item.get_closest_marker("k3_headroom") or item.get_closest_marker("k3_slo")):
             continue

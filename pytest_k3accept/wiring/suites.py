@@ -20,7 +20,7 @@ import pytest
 
 from .. import checklist
 from ..presets import Preset, PresetError, load_preset
-from . import settings_of, state_of
+from . import profile_of, settings_of, state_of
 
 pytest.register_assert_rewrite("pytest_k3accept.suites")
 
@@ -167,9 +167,7 @@ def _marks_for(item: pytest.Item, mark: pytest.Mark, preset: Preset,
             values = {} if settings_of(config).profile else preset.targets.profile_values()
             out.append(pytest.mark.k3_headroom(**{**values, **extra}))
         elif name == "slo":
-            from .load import PROFILE_KEY
-
-            profile = config.stash.get(PROFILE_KEY, None)
+            profile = profile_of(config).load if settings_of(config).profile else None
             if not (profile is not None and profile.slo) and preset.slo:
                 out.append(pytest.mark.k3_slo(**dict(preset.slo.limits)))
     return out
