@@ -55,11 +55,26 @@ _ASSIGN = re.compile(
 _OPTION = re.compile(r"(?<![\w-])(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>=|[ \t]+)"
                      r"(?P<value>(?!-)" + _VALUE + ")")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{6,}")
+#: an ``Authorization`` / ``Proxy-Authorization`` value: the scheme word is kept, the rest is
+#: the credential: to the closing quote of a quoted value, else to the end of the line (more
+#: than needed in ``-H 'Authorization: X' URL``, never less: Digest values hold quotes)
+_AUTH_HEADER = re.compile(
+    r"""(?i)(?<![\w-])((?:proxy-)?authorization["']?\s*[:=]\s*)(?P<q>["'])?"""
+    r"""(?:(bearer|basic|digest|token|negotiate|ntlm|aws4-hmac-sha256|hoba|mutual)(\s+))?"""
+    r"""(?(q)(?:(?!(?P=q))[^\r\n])+|[^\r\n]+)""")
+_AUTH_NAME = re.compile(r"(?i)(?:proxy-)?authorization")
 _URL_AUTH = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)")
 _SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
+
+
+#: every pattern below needs one of these substrings (secret-name words and suffixes,
+#: Authorization schemes, token shapes, the ``@`` of URL credentials): text without any of
+#: them skips the patterns; keep in step with _WORDS, _SUFFIXES and the patterns
+_MAYBE = re.compile(r"(?i)key|token|secret|pass|cred|auth|cookie|private|signature|bearer"
+                    r"|basic|session|sk-|hf_|gh[pousr]_|github_pat_|akia|xox|eyj|@")
 
 
 def is_secret_name(name: str) -> bool:
@@ -153,13 +168,16 @@ class Redactor:
         if not text:
             return text
         text = self._verbatim(text)
-        if not self.patterns:
+        if not self.patterns or not _MAYBE.search(text):
             return text
+        text = _AUTH_HEADER.sub(
+            lambda m: f"{m.group(1)}{m.group('q') or ''}{m.group(3) or ''}{m.group(4) or ''}"
+                      f"{REDACTED}", text)
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
         def by_name(m: re.Match[str]) -> str:
-            if not is_secret_name(m.group("name")):
-                return m.group(0)
+            if not is_secret_name(m.group("name")) or _AUTH_NAME.fullmatch(m.group("name")):
+                return m.group(0)  # Authorization values: done above, scheme word kept
             return m.group(0)[: m.start("value") - m.start(0)] + _mask(m.group("value"))
 
         text = _OPTION.sub(by_name, text)

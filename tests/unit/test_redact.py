@@ -65,6 +65,20 @@ def test_ordinary_text_is_untouched(text: str) -> None:
     assert Redactor().text(text) == text
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Authorization: Bearer abcdefgh12345", "Authorization: Bearer ***"),
+    ("authorization: Basic dXNlcjpwYXNz", "authorization: Basic ***"),
+    ("Authorization: Token abcdefgh12345", "Authorization: Token ***"),
+    ('Authorization: Digest username="u", response="abcdef123"', "Authorization: Digest ***"),
+    ("Proxy-Authorization: abcdefghij123", "Proxy-Authorization: ***"),
+    ('{"Authorization": "Bearer abc12345xyz", "x": 1}', '{"Authorization": "Bearer ***", "x": 1}'),
+    ("-H 'Authorization: Token abc' http://h", "-H 'Authorization: Token ***"),
+])
+def test_authorization_values_hide_the_credential_and_keep_the_scheme(
+        text: str, expected: str) -> None:
+    assert Redactor().text(text) == expected
+
+
 def test_known_secret_is_redacted_verbatim_anywhere() -> None:
     red = Redactor(["Zq9-plantedkey"])
     assert red.text("prefixZq9-plantedkeysuffix and again Zq9-plantedkey") == (
@@ -131,3 +145,13 @@ def test_secret_arguments_never_survive_in_commands(name: str, value: str, sep: 
     red = Redactor()
     red.learn_command(command)
     assert value not in red.text(f"log line echoing {value}!")
+
+
+def test_the_prefilter_lets_every_secret_name_word_through() -> None:
+    """Text without a _MAYBE hit skips the patterns: every word that makes a name secret
+    must hit it, or a secret of that name would pass unredacted."""
+    from pytest_k3accept import redact
+
+    for word in sorted(redact._WORDS) + list(redact._SUFFIXES):
+        assert redact._MAYBE.search(word.lower()), word
+        assert Redactor().text(f"{word.lower()}=s3cr3tvalue") == f"{word.lower()}={REDACTED}"
