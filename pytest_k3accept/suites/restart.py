@@ -104,7 +104,8 @@ def _crash(proc: Any) -> None:
 def _gauges(base_url: str, headers: dict[str, str], timeout: float) -> tuple[float, float]:
     from ..metrics import MetricsScraper
 
-    snap = MetricsScraper(base_url, headers=headers, timeout=timeout).scrape()
+    with MetricsScraper(base_url, headers=headers, timeout=timeout) as scraper:
+        snap = scraper.scrape()
     return snap.running() or 0.0, snap.waiting() or 0.0
 
 

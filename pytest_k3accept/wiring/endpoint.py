@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
@@ -74,7 +74,8 @@ async def k3_client(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-def k3_metrics(request: pytest.FixtureRequest, k3_endpoint: Endpoint) -> MetricsScraper:
+def k3_metrics(request: pytest.FixtureRequest, k3_endpoint: Endpoint,
+               ) -> Iterator[MetricsScraper]:
     """Scraper of the endpoint's ``/metrics`` (prometheus_client parser).
 
     ``before = k3_metrics.scrape()`` ... ``delta = k3_metrics.scrape() - before`` gives
@@ -88,8 +89,9 @@ def k3_metrics(request: pytest.FixtureRequest, k3_endpoint: Endpoint) -> Metrics
     s = settings_of(request.config)
     scraper = MetricsScraper(k3_endpoint.base_url, headers=auth_headers(s.api_key()),
                              timeout=s.timeout)
-    try:
-        scraper.scrape()
-    except MetricsUnavailable as exc:
-        unavailable(request.config, f"k3_metrics: {exc}")
-    return scraper
+    with scraper:
+        try:
+            scraper.scrape()
+        except MetricsUnavailable as exc:
+            unavailable(request.config, f"k3_metrics: {exc}")
+        yield scraper
