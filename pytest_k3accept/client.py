@@ -31,7 +31,9 @@ import httpx
 from . import untrusted as U
 from .endpoint import auth_headers
 from .faults import classify_exception, describe_exception
-from .transport import PostStream
+from .transport import PostStream, raw_chunks
+
+_timeout = getattr(asyncio, "timeout", None)
 
 #: error classes kept apart from latency figures
 ERROR_KINDS = ("http-4xx", "http-5xx", "timeout", "connection", "protocol")
@@ -144,8 +146,12 @@ class K3Client:
         res = RequestResult(ok=False, stream=stream, started_at=time.time())
         t0 = time.perf_counter()
         try:
-            await asyncio.wait_for(self._guarded(path, body, res, t0), self.deadline)
-        except asyncio.TimeoutError:
+            if _timeout is not None:  # Python 3.11+: no extra task per request
+                async with _timeout(self.deadline):
+                    await self._guarded(path, body, res, t0)
+            else:
+                await asyncio.wait_for(self._guarded(path, body, res, t0), self.deadline)
+        except (TimeoutError, asyncio.TimeoutError):
             res.ok, res.error_kind = False, "timeout"
             res.error = (f"no complete answer from {self.base_url}{path} within the "
                          f"per-request deadline of {self.deadline:g} s ({res.chunks} stream "
@@ -217,7 +223,7 @@ class K3Client:
             buf = b""
             last: float | None = None
             done = False
-            async for chunk in resp.aiter_raw():
+            async for chunk in raw_chunks(resp):
                 now = time.perf_counter()
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
@@ -234,7 +240,7 @@ class K3Client:
                     if data == b"[DONE]":
                         done = True
                         continue
-                    event = U.parse_json(data)
+                    event = U.parse_event(data)
                     if not isinstance(event, dict):
                         continue
                     if "error" in event:

@@ -91,6 +91,16 @@ class _Body(httpx.AsyncByteStream):
         self._resp.release()
 
 
+def raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive, undecoded: straight from this transport's stream
+    when the response came from it (one generator layer less per chunk), else
+    ``resp.aiter_raw()``."""
+    stream = resp.stream
+    if isinstance(stream, _Body):
+        return stream.__aiter__()
+    return resp.aiter_raw()
+
+
 class LeanAiohttpTransport(httpx.AsyncBaseTransport):
     """httpx transport over one aiohttp session; ``limit`` = pool size (0: unlimited)."""
 

@@ -16,10 +16,12 @@ into preallocated lists.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 from . import stats
 from .profile import LoadProfile
@@ -34,6 +36,37 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..metrics import MetricsScraper
 
 PATH = "/v1/chat/completions"
+
+#: the cyclic GC's thresholds while a run is in progress (see :func:`fewer_collections`)
+RUN_GC_THRESHOLD = (20_000, 20, 20)
+_gc_depth = 0
+_gc_saved: tuple[int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run with the cyclic garbage collector collecting far less often, restored after.
+
+    A run keeps every request's record (and its ITL list) alive, so each full collection
+    scans more objects as the run goes on; at 512 streams that cost ~15 % of the runner's
+    CPU per request and put collection pauses inside the latencies being measured. The
+    thresholds go to :data:`RUN_GC_THRESHOLD` (never lower than they were; left alone when
+    the GC is disabled) while at least one run is in progress, and back when the last one
+    ends, so overlapping runs (an A/B, a failover pair) restore them correctly.
+    """
+    global _gc_depth, _gc_saved
+    if _gc_depth == 0:
+        _gc_saved = gc.get_threshold()
+        if _gc_saved[0] > 0:
+            gc.set_threshold(*(max(a, b) for a, b in zip(_gc_saved, RUN_GC_THRESHOLD)))
+    _gc_depth += 1
+    try:
+        yield
+    finally:
+        _gc_depth -= 1
+        if _gc_depth == 0 and _gc_saved is not None:
+            gc.set_threshold(*_gc_saved)
+            _gc_saved = None
 
 
 class LoadClient(Protocol):
@@ -250,7 +283,8 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         started_at, t0 = time.time(), time.perf_counter()
         watcher = asyncio.create_task(mon.watch(run, t0, progress, progress_interval))
         try:
-            stopped_by = await run.drive(profile.max_seconds)
+            with fewer_collections():
+                stopped_by = await run.drive(profile.max_seconds)
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)

@@ -199,3 +199,30 @@ def test_gauge_scan_and_sustained_queue() -> None:
     queue = [(t / 4, 6.0 if 1 <= t <= 6 else 0.0) for t in range(10)]
     assert monitor.sustained(queue, 1.0) == 6.0
     assert monitor.sustained(queue[:3], 1.0) is None
+
+
+def test_gc_thresholds_are_raised_during_runs_and_restored_after_the_last() -> None:
+    import gc
+
+    from pytest_k3accept.load import runner
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        first = runner.fewer_collections()
+        second = runner.fewer_collections()
+        first.__enter__()
+        assert gc.get_threshold() == runner.RUN_GC_THRESHOLD
+        second.__enter__()
+        first.__exit__(None, None, None)  # overlapping runs: the first ends first
+        assert gc.get_threshold() == runner.RUN_GC_THRESHOLD
+        second.__exit__(None, None, None)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0)  # a session that turned the GC off keeps it off
+        with runner.fewer_collections():
+            assert gc.get_threshold()[0] == 0
+        gc.set_threshold(50_000, 10, 10)  # never lower than the session's own
+        with runner.fewer_collections():
+            assert gc.get_threshold() == (50_000, 20, 20)
+    finally:
+        gc.set_threshold(*before)
