@@ -158,8 +158,10 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
     preempt = float(srv.get("preemptions") or 0.0)
     waiting = srv.get("sustained_waiting")
     if free_kv < min_free:
-        reasons.append(f"free KV cache at peak {free_kv:.1%} < required {min_free:.1%} "
-                       f"(peak kv_cache_usage_perc {peak:.3f})")
+        how = (f"full: {preempt:g} preemptions, no sample caught the peak"
+               if srv.get("peak_kv_from") == "preemptions" else
+               f"peak kv_cache_usage_perc {peak:.3f}")
+        reasons.append(f"free KV cache at peak {free_kv:.1%} < required {min_free:.1%} ({how})")
     if preempt > max_preemptions:
         reasons.append(f"{preempt:g} preemptions > allowed {max_preemptions:g}")
     if max_waiting is not None and waiting is not None and waiting > max_waiting:

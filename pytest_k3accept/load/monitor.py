@@ -6,6 +6,10 @@ running and waiting gauges with a line scan (~0.1 ms) every ``interval`` seconds
 their peaks. After the run the final scrape is repeated briefly until the server's
 ``vllm:request_success_total`` has caught up with the requests the runner saw succeed, so
 token counters are complete when they are compared.
+
+Peak KV usage is the highest sample, raised to 1.0 when the run's preemption count grew:
+vLLM preempts only when the KV cache has no free block, so a preemption proves the cache
+was full even when no sample caught that moment (``peak_kv_from`` says which).
 """
 
 from __future__ import annotations
@@ -161,8 +165,15 @@ class Monitor:
         delta = after - self.before
         out = delta.as_dict()
         cfg = after.cache_config()
+        peak_kv, peak_from = self.peaks.get("kv"), "samples"
+        if delta.preemptions() > 0 and (peak_kv is None or peak_kv < 1.0):
+            # vLLM preempts a running request only when the KV cache has no free block for
+            # it: the cache was full even if no sample landed at that moment (a sample can
+            # wait seconds for a busy API server, or fall between two reads)
+            peak_kv, peak_from = 1.0, "preemptions"
         out.update({
-            "peak_kv_usage": self.peaks.get("kv"),
+            "peak_kv_usage": peak_kv,
+            "peak_kv_from": peak_from,
             "peak_running": self.peaks.get("running"),
             "peak_waiting": self.peaks.get("waiting"),
             "sustained_waiting": sustained([(t, w) for t, _, _, w in self.series],

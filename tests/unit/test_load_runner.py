@@ -226,3 +226,39 @@ def test_gc_thresholds_are_raised_during_runs_and_restored_after_the_last() -> N
             assert gc.get_threshold() == (50_000, 20, 20)
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_preemption_proves_the_kv_cache_was_full_when_no_sample_caught_it() -> None:
+    """A busy API server can hold every gauge sample back until the run is over: the peak
+    then comes from the preemption counter (vLLM preempts only without a free KV block)."""
+    from pytest_k3accept.metrics import MetricsScraper, Snapshot
+
+    def page(preempted: int, ok: int) -> str:
+        return ("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+                "vllm:kv_cache_usage_perc 0.0\nvllm:prompt_tokens_total 0\n"
+                f"vllm:num_preemptions_total {preempted}\n"
+                f'vllm:request_success_total{{finished_reason="length"}} {ok}\n')
+
+    class Pages(MetricsScraper):
+        def __init__(self, pages: list[str]) -> None:
+            super().__init__("http://127.0.0.1:9")
+            self.pages = pages
+
+        async def ascrape(self, http: Any = None) -> Snapshot:
+            return Snapshot.parse(self.pages.pop(0) if len(self.pages) > 1 else self.pages[0])
+
+    async def final(preempted: int) -> dict[str, Any] | None:
+        mon = monitor.Monitor(object(), Pages([page(0, 0), page(preempted, 8)]))
+        await mon.open()
+        await mon.baseline()
+        mon.peaks["kv"] = 0.4  # the only sample that got through
+        try:
+            return await mon.final(8)
+        finally:
+            await mon.close()
+
+    full = asyncio.run(final(4))
+    assert full is not None and full["peak_kv_usage"] == 1.0
+    assert full["peak_kv_from"] == "preemptions" and full["preemptions"] == 4
+    calm = asyncio.run(final(0))
+    assert calm is not None and calm["peak_kv_usage"] == 0.4 and calm["peak_kv_from"] == "samples"
