@@ -174,6 +174,15 @@ class Delta:
         """(sum, count) increase of a histogram, e.g. ``vllm:time_to_first_token_seconds``."""
         return self.increase(f"{name}_sum"), self.increase(f"{name}_count")
 
+    def histogram_over(self, name: str, bound: float) -> float | None:
+        """How many observations of histogram ``name`` were above ``bound`` over the delta
+        (count increase minus the ``le=bound`` bucket's); None when no such bucket exists."""
+        les = {lbl.get("le") for lbl, _ in self.later.series(f"{name}_bucket")}
+        le = next((x for x in les if x is not None and _float(x) == bound), None)
+        if le is None:
+            return None
+        return max(0.0, self.increase(f"{name}_count") - self.increase(f"{name}_bucket", le=le))
+
     def histogram_mean(self, name: str) -> float | None:
         total, count = self.histogram(name)
         return total / count if count else None
@@ -197,6 +206,13 @@ class Delta:
 
 def parse_many(texts: Iterable[str]) -> list[Snapshot]:
     return [Snapshot.parse(t) for t in texts]
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 #: the gauges a sampler reads often, and the short names :func:`scan_gauges` gives them

@@ -9,7 +9,9 @@ token counters are complete when they are compared.
 
 Peak KV usage is the highest sample, raised to 1.0 when the run's preemption count grew:
 vLLM preempts only when the KV cache has no free block, so a preemption proves the cache
-was full even when no sample caught that moment (``peak_kv_from`` says which).
+was full even when no sample caught that moment (``peak_kv_from`` says which). Likewise
+the sustained queue is at least 1 when vLLM's ``request_queue_time_seconds`` histogram shows
+a request that waited longer than :data:`SUSTAINED_S` (``queued_over_1s``).
 """
 
 from __future__ import annotations
@@ -171,13 +173,15 @@ class Monitor:
             # it: the cache was full even if no sample landed at that moment (a sample can
             # wait seconds for a busy API server, or fall between two reads)
             peak_kv, peak_from = 1.0, "preemptions"
+        queued_long = delta.histogram_over("vllm:request_queue_time_seconds", SUSTAINED_S)
         out.update({
             "peak_kv_usage": peak_kv,
             "peak_kv_from": peak_from,
             "peak_running": self.peaks.get("running"),
             "peak_waiting": self.peaks.get("waiting"),
-            "sustained_waiting": sustained([(t, w) for t, _, _, w in self.series],
-                                           SUSTAINED_S),
+            "sustained_waiting": sustained_floor(
+                sustained([(t, w) for t, _, _, w in self.series], SUSTAINED_S), queued_long),
+            "queued_over_1s": queued_long,
             "gauge_series": {"t": [round(s[0], 3) for s in self.series],
                              "kv_usage": [_r(s[1]) for s in self.series],
                              "running": [_r(s[2]) for s in self.series],
@@ -206,6 +210,15 @@ class Monitor:
 
 def _r(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 4)
+
+
+def sustained_floor(sampled: float | None, queued_long: float | None) -> float | None:
+    """The sampled sustained queue, at least 1 when vLLM's own queue-time histogram shows a
+    request that waited longer than the window (a queue held for that long even if the
+    samples, held back by a busy API server, missed it)."""
+    if queued_long:
+        return max(sampled or 0.0, 1.0)
+    return sampled
 
 
 def sustained(series: list[tuple[float, float]], window: float) -> float | None:

@@ -262,3 +262,10 @@ def test_a_preemption_proves_the_kv_cache_was_full_when_no_sample_caught_it() ->
     assert full["peak_kv_from"] == "preemptions" and full["preemptions"] == 4
     calm = asyncio.run(final(0))
     assert calm is not None and calm["peak_kv_usage"] == 0.4 and calm["peak_kv_from"] == "samples"
+
+
+def test_a_request_that_queued_past_the_window_is_a_sustained_queue() -> None:
+    assert monitor.sustained_floor(None, 2.0) == 1.0  # the samples missed it
+    assert monitor.sustained_floor(3.0, 2.0) == 3.0
+    assert monitor.sustained_floor(0.0, 0.0) == 0.0
+    assert monitor.sustained_floor(None, None) is None

@@ -98,3 +98,17 @@ def test_scraper_messages_for_non_vllm() -> None:
         scraper._check(200, "this is { not metrics")
     with pytest.raises(MetricsUnavailable, match="cannot scrape"):
         scraper.scrape()
+
+
+def test_histogram_over_a_bound_counts_the_observations_above_it() -> None:
+    def page(under: int, total: int) -> str:
+        return (f'vllm:request_queue_time_seconds_bucket{{{LABELS},le="0.5"}} {under}\n'
+                f'vllm:request_queue_time_seconds_bucket{{{LABELS},le="1.0"}} {under}\n'
+                f'vllm:request_queue_time_seconds_bucket{{{LABELS},le="+Inf"}} {total}\n'
+                f'vllm:request_queue_time_seconds_count{{{LABELS}}} {total}\n'
+                f'vllm:request_queue_time_seconds_sum{{{LABELS}}} 9.0\n')
+    d = Snapshot.parse(page(6, 8)) - Snapshot.parse(page(2, 2))
+    assert d.histogram_over("vllm:request_queue_time_seconds", 1.0) == 2
+    assert d.histogram_over("vllm:request_queue_time_seconds", 0.5) == 2
+    assert d.histogram_over("vllm:request_queue_time_seconds", 0.75) is None  # no such bucket
+    assert d.histogram_over("vllm:no_such_seconds", 1.0) is None
