@@ -44,14 +44,20 @@ def fmt_of(path: Path) -> str:
     return "json" if path.suffix.lower() == ".json" else "toml"
 
 
-def read(path: str | Path, kind: str, what: str = "") -> tuple[dict[str, Any], str]:
-    """Read and decode a file; ``kind`` names it in messages ("the profile", "the preset")."""
+def read_text(path: str | Path, kind: str) -> str:
+    """A file's UTF-8 text; ``kind`` names it in messages ("the profile", "the preset").
+    Raises :class:`TableError` when it cannot be read or is not UTF-8."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except OSError as exc:
         raise TableError(f"{p}: cannot read {kind}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TableError(f"{p}: cannot read {kind}: not UTF-8 text ({exc.reason} at byte "
                          f"{exc.start})") from None
-    return decode(text, fmt_of(p), str(p), what), text
+
+
+def read(path: str | Path, kind: str, what: str = "") -> tuple[dict[str, Any], str]:
+    """Read (:func:`read_text`) and decode a file (TOML, or JSON by suffix)."""
+    text = read_text(path, kind)
+    return decode(text, fmt_of(Path(path)), str(path), what), text

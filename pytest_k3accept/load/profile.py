@@ -234,13 +234,14 @@ DECISION_KEYS = ("layers", "procedure", "audience")
 def load(path: str | Path, base: LoadProfile | None = None) -> LoadProfile:
     """Read a profile file (``.toml`` or ``.json``). ``request_set`` is resolved relative to
     the file. Raises :class:`ProfileError` with the file name in the message."""
+    from ..tables import TableError, read
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProfileError(f"{p}: cannot read the load profile: {exc.strerror or exc}") from None
-    fmt = "json" if p.suffix.lower() == ".json" else "toml"
-    return from_table(parse_text(text, fmt, str(p)), p, base)
+        data, _ = read(p, "the load profile", "profile values")
+    except TableError as exc:
+        raise ProfileError(str(exc)) from None
+    return from_table(data, p, base)
 
 
 def from_table(data: Mapping[str, Any], path: Path, base: LoadProfile | None = None,

@@ -229,13 +229,13 @@ def loads_jsonl(text: str, source: str = "<string>") -> RequestSet:
 
 def load(path: str | Path) -> RequestSet:
     """Read a request set: ``.jsonl`` lines, or a ``.toml``/``.json`` agent set."""
+    from ..tables import TableError, read_text
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RequestSetError(f"{p}: cannot read the request set: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise RequestSetError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        text = read_text(p, "the request set")
+    except TableError as exc:
+        raise RequestSetError(str(exc)) from None
     suffix = p.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         return loads_jsonl(text, str(p))

@@ -15,7 +15,6 @@ no network. Errors (:class:`PresetError`) name the file, the field and what is e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..load.slo import SLOError, suggest
 from ._fields import from_mapping
@@ -50,22 +49,14 @@ def resolve(name_or_path: str | Path) -> Path:
 def load_preset(name_or_path: str | Path) -> Preset:
     """Read a preset by shipped name (``"kimi-k3"``, ``"testbed"``) or file path (TOML or
     JSON). Raises :class:`PresetError` naming the file and the field for any bad value."""
+    from ..tables import TableError, read
+
     path = resolve(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PresetError(f"{path}: cannot read the preset: {exc.strerror or exc}") from None
-    data = _decode(text, path)
-    return from_mapping(data, path)
-
-
-def _decode(text: str, path: Path) -> dict[str, Any]:
-    from ..tables import TableError, decode, fmt_of
-
-    try:
-        return decode(text, fmt_of(path), str(path))
+        data, _ = read(path, "the preset")
     except TableError as exc:
         raise PresetError(str(exc)) from None
+    return from_mapping(data, path)
 
 
 

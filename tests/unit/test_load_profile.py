@@ -95,6 +95,13 @@ def test_missing_file_is_a_profile_error(tmp_path: Path) -> None:
         load(tmp_path / "absent.toml")
 
 
+def test_non_utf8_file_is_a_profile_error(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.toml"
+    f.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(ProfileError, match=r"cannot read the load profile: not UTF-8 text"):
+        load(f)
+
+
 def test_keyword_overrides_and_flat_headroom_keys() -> None:
     base = LoadProfile(concurrency=8)
     p = base.replace("marker", min_free=0.25, slo={"e2e_p90": 3}, requests=5)

@@ -136,3 +136,10 @@ def test_tool_calls_prefill_size_and_verdicts() -> None:
     assert support.verdict_problem(keep) is None
     assert support.verdict_problem(scale) == ("verdict scale: no headroom\nbecause: r1\n"
                                               "advice: scale out")
+
+
+def test_non_utf8_preset_is_a_preset_error(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.toml"
+    f.write_bytes(b'[environment]\nimage = "caf\xe9"\n')
+    with pytest.raises(PresetError, match=r"cannot read the preset: not UTF-8 text"):
+        load_preset(f)
