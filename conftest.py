@@ -113,6 +113,18 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
+def testbed_cache() -> str:
+    """The testbed cache directory, resolved before pytester points HOME elsewhere; tests
+    that launch the testbed from an inner run set ``K3ACCEPT_CACHE`` to it."""
+    from pytest_k3accept import testbed
+
+    reason = testbed.unavailable_reason()
+    if reason:
+        _unavailable(reason)
+    return str(testbed.cache_dir())
+
+
+@pytest.fixture(scope="session")
 def testbed(testbed_factory: Callable[..., TestbedServer]) -> TestbedServer:
     """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache)."""
     return testbed_factory()

@@ -28,17 +28,6 @@ pytestmark = pytest.mark.live
 OUT = ["-p", "no:cacheprovider", "-rs", "--k3-record", "out/record.json"]
 
 
-@pytest.fixture(scope="session")
-def testbed_cache() -> str:
-    """The testbed cache directory, resolved before pytester points HOME elsewhere."""
-    from pytest_k3accept import testbed
-
-    reason = testbed.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return str(testbed.cache_dir())
-
-
 @pytest.fixture(autouse=True)
 def _isolated(pytester: pytest.Pytester, testbed_cache: str,
               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,17 +18,6 @@ import pytest
 pytestmark = pytest.mark.live
 
 
-@pytest.fixture(scope="session")
-def testbed_cache() -> str:
-    """The testbed cache directory, resolved before pytester points HOME elsewhere."""
-    from pytest_k3accept import testbed
-
-    reason = testbed.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return str(testbed.cache_dir())
-
-
 @pytest.fixture
 def launch_command(testbed_cache: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
     """A shell command line that starts a real testbed server (environment included)."""

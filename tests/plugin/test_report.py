@@ -24,7 +24,6 @@ except ImportError:  # charts are optional
     pass
 
 #: the testbed's cache, resolved before pytester points HOME at a temporary directory
-TESTBED_CACHE = __import__("pytest_k3accept.testbed").testbed.cache_dir()
 HOSTILE = '<script>document.body.setAttribute("data-pwned", "1")</script>'
 OUT = ["--k3-record", "out/record.json", "--html", "out/report.html", "--self-contained-html",
        "--junitxml", "out/junit.xml", "-p", "no:cacheprovider"]
@@ -303,14 +302,9 @@ def test_secret_grep_with_a_failing_launch(pytester: pytest.Pytester,
 
 
 @pytest.mark.live
-def test_secret_grep_with_a_launched_testbed(pytester: pytest.Pytester,
+def test_secret_grep_with_a_launched_testbed(pytester: pytest.Pytester, testbed_cache: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_k3accept import testbed
-
-    monkeypatch.setenv("K3ACCEPT_CACHE", str(TESTBED_CACHE))  # pytester moved HOME
-    reason = testbed.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)  # pytester moved HOME
     secret = "k3plantedLive9913"
     result = run_secret_suite(pytester, monkeypatch, secret, f"testbed --api-key {secret}")
     result.assert_outcomes(passed=1, failed=1)

@@ -22,7 +22,6 @@ except ImportError:  # charts are optional
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "pytest_k3accept" / "data"
 #: the testbed's cache, resolved before pytester points HOME at a temporary directory
-TESTBED_CACHE = __import__("pytest_k3accept.testbed").testbed.cache_dir()
 OUT = ("-p", "no:cacheprovider", "-rs", "--k3-record", "record.json", "--k3-artifacts",
        "artifacts", "-o", "asyncio_default_fixture_loop_scope=function")
 COLLECT = '''
@@ -215,13 +214,13 @@ def test_poc_with_the_server_log_compares_parsers_with_the_preset(pytester: pyte
 
 @pytest.mark.live
 def test_poc_oom_before_weight_mapping_moves_the_environment(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        pytester: pytest.Pytester, testbed_cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A model whose weights do not fit (the testbed's 'huge' variant) fails while loading:
     a POC stop condition, never something to tune."""
     from pytest_k3accept import testbed
     from pytest_k3accept.server.launch import free_port
 
-    monkeypatch.setenv("K3ACCEPT_CACHE", str(TESTBED_CACHE))
+    monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
     if testbed.unavailable_reason():
         pytest.skip(str(testbed.unavailable_reason()))
     command = testbed.testbed_launch_command(free_port(), variant="huge")
@@ -236,9 +235,9 @@ def test_poc_oom_before_weight_mapping_moves_the_environment(
 
 
 @pytest.mark.live
-def test_platform_with_launched_testbed(pytester: pytest.Pytester,
+def test_platform_with_launched_testbed(pytester: pytest.Pytester, testbed_cache: str,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("K3ACCEPT_CACHE", str(TESTBED_CACHE))
+    monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
     result, rec = run_suite(pytester, "platform", "--k3-launch", "testbed", "--k3-preset",
                             "testbed", "--k3-launch-timeout", "300")
     result.assert_outcomes(passed=3, skipped=5)
@@ -331,8 +330,9 @@ def test_production_on_a_fixed_endpoint(pytester: pytest.Pytester, testbed: Any)
 
 @pytest.mark.live
 def test_production_restart_recovery_in_launch_mode(pytester: pytest.Pytester,
+                                                    testbed_cache: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("K3ACCEPT_CACHE", str(TESTBED_CACHE))
+    monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
     # a long context, so the crash finds the burst in flight however fast the machine
     result, rec = run_suite(pytester, "production", "-k", "restart",
                             "--k3-launch", "testbed --max-model-len 8192",
