@@ -6,8 +6,6 @@ observations from the logic modules into fixtures and test outcomes. Shared help
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, NoReturn, TypeVar
 
 import pytest
@@ -59,6 +57,9 @@ def profile_of(config: pytest.Config) -> "DecisionProfile":
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine on a private event loop in a worker thread (safe inside any test,
     also one that already runs an event loop)."""
+    import asyncio
+    import concurrent.futures
+
     async def main() -> T:
         return await make()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="k3accept") as pool:
