@@ -9,7 +9,7 @@ server's log file, read as it grows).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,10 @@ class ServerWatch:
         self.exit_code: int | None = None  # set when the process ended on its own
         self.final: Classification | None = None
         self._stopping = False
+        # the last log line read before the plugin began stopping its own server: what the
+        # server writes while it shuts down (an engine core that got SIGTERM first makes the
+        # API server log EngineDeadError) is not evidence about the deployment
+        self.shutdown_after: int | None = None
         self.follower = LogFollower(LogReader(self.log_path, offset=offset),
                                     interval=interval, callbacks=[self._feed])
         self._lock = self.follower.lock  # one lock for lines and timeline: no lock-order races
@@ -95,8 +99,18 @@ class ServerWatch:
             return self.final
         self.refresh()
         with self._lock:
-            return classify(self.follower.lines(), exit_code=self.exit_code,
-                            http=self.http.frozen(), timeline=self.timeline)
+            lines = self.follower.lines()
+            cut = self.shutdown_after
+            if cut is not None:
+                lines = [ln for ln in lines if ln.lineno <= cut]
+            result = classify(lines, exit_code=self.exit_code, http=self.http.frozen(),
+                              timeline=self.timeline)
+            shutdown = self.follower.reader.lines_read - cut if cut is not None else 0
+        if shutdown > 0:
+            result = replace(result, notes=result.notes + (
+                f"{shutdown} log line(s) written while the plugin stopped the server were "
+                "not considered (shutdown, not the deployment)",))
+        return result
 
     def stop(self) -> Classification:
         """Stop a launched process (its own exit code is kept), read the rest of the log and
@@ -106,6 +120,9 @@ class ServerWatch:
         if self.process is not None:
             if self.exit_code is None:
                 self.exit_code = self.process.returncode  # None: still running, ours to stop
+            if self.exit_code is None:
+                self.follower.poll()  # everything written before the stop signal counts
+                self.shutdown_after = self.follower.reader.lines_read
             self._stopping = True
             self.process.stop()
         self.follower.stop()

@@ -243,6 +243,58 @@ def test_watch_renders_every_event_and_marks_missing_ones(tmp_path: Path) -> Non
     assert "advice: " in text and "max-model-len" in text
 
 
+ENGINE_DEAD_AT_SHUTDOWN = (
+    "(APIServer pid=11266) ERROR 11-30 04:49:01 [async_llm.py:906] vllm.v1.engine.exceptions."
+    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+    "cause.\n")
+
+
+class _Process:
+    """Stands in for a launched ServerProcess: ``stop()`` writes what vLLM writes when the
+    engine core gets SIGTERM before the API server does."""
+
+    def __init__(self, log: Path, returncode: int | None) -> None:
+        self.log, self.returncode, self.stopped = log, returncode, False
+
+    def stop(self) -> int | None:
+        self.stopped = True
+        with self.log.open("a") as fh:
+            fh.write(ENGINE_DEAD_AT_SHUTDOWN)
+        return -15
+
+
+def _healthy_log(tmp_path: Path) -> Path:
+    path = tmp_path / "server.log"
+    healthy = vllm_logs.HEALTHY.split("(Worker pid=12316) ERROR")[0]  # up to the first answer
+    assert "EngineDead" not in healthy and "Application startup complete" in healthy
+    path.write_text(healthy)
+    return path
+
+
+def test_lines_written_while_the_plugin_stops_its_server_are_not_evidence(
+        tmp_path: Path) -> None:
+    path = _healthy_log(tmp_path)
+    process = _Process(path, returncode=None)
+    watch = ServerWatch(path, mode="launch", process=process).start()
+    cls = watch.stop()
+    assert process.stopped and "EngineDeadError" in path.read_text()
+    assert cls.category == "none", cls.summary()
+    assert any("1 log line(s) written while the plugin stopped the server" in n
+               for n in cls.notes), cls.notes
+
+
+def test_a_server_that_died_on_its_own_keeps_its_last_lines_as_evidence(
+        tmp_path: Path) -> None:
+    path = _healthy_log(tmp_path)
+    with path.open("a") as fh:
+        fh.write(ENGINE_DEAD_AT_SHUTDOWN)
+    watch = ServerWatch(path, mode="launch", process=_Process(path, returncode=1)).start()
+    cls = watch.stop()
+    assert cls.category == "serving" and cls.rule == "engine-dead", cls.summary()
+    assert watch.shutdown_after is None and not any("stopped the server" in n
+                                                     for n in cls.notes)
+
+
 # ---------------------------------------------------------------- the plugin, without a server
 USES_SERVER = '''
 import pytest
