@@ -28,6 +28,7 @@ class RestartResult:
     log: str = ""
     first_start_s: float | None = None
     in_flight_at_crash: int = 0
+    in_flight_seen_by: str | None = None  # "server gauges" or "client (sent, not answered)"
     lost_at_crash: dict[str, int] = field(default_factory=dict)
     restart_s: float | None = None
     health_status: int | None = None
@@ -60,7 +61,8 @@ class RestartResult:
         """One summary line."""
         def s(x: float | None) -> str:
             return "n/a" if x is None else f"{x:.1f} s"
-        return (f"restart recovery: crash with {self.in_flight_at_crash} requests in flight "
+        seen = f" ({self.in_flight_seen_by})" if self.in_flight_seen_by else ""
+        return (f"restart recovery: crash with {self.in_flight_at_crash} requests in flight{seen} "
                 f"(lost: {self.lost_at_crash or 'none'}), restart {s(self.restart_s)}, "
                 f"/health {self.health_status}, {self.after_ok}/{self.after_total} ok after, "
                 f"queue drained in {s(self.drained_s)}")
@@ -79,6 +81,13 @@ def crash_tokens(max_model_len: int | None) -> int:
     return max(16, min(16384, max_model_len - 128))
 
 
+#: the crash comes when the server's gauges show the burst, or this many seconds after the
+#: burst was sent, whichever is first; a slow /metrics answer never holds it back (on a
+#: loaded CI machine one took ~25 s while the burst streamed, and the burst finished before
+#: the crash came)
+CRASH_WITHIN = 1.5
+
+
 async def _burst(base_url: str, model: str, n: int, api_key: str | None,
                  timeout: float, max_tokens: int) -> list[Any]:
     from ..client import K3Client
@@ -87,6 +96,37 @@ async def _burst(base_url: str, model: str, n: int, api_key: str | None,
         return list(await asyncio.gather(*(client.chat(SHORT, stream=True,
                                                        max_tokens=max_tokens, ignore_eos=True)
                                            for _ in range(n))))
+
+
+async def _crash_under_burst(base_url: str, model: str, n: int, api_key: str | None,
+                             timeout: float, max_tokens: int, headers: dict[str, str],
+                             proc: Any, out: "RestartResult") -> list[Any]:
+    """Send ``n`` long streamed requests, SIGKILL ``proc`` while they are in flight and
+    return their results. ``out.in_flight_at_crash`` is what the server's gauges showed, or,
+    when no scrape answered in time, the requests the client had sent and not seen answered."""
+    from ..client import K3Client
+
+    async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
+        burst = [asyncio.ensure_future(client.chat(SHORT, stream=True, max_tokens=max_tokens,
+                                                   ignore_eos=True)) for _ in range(n)]
+        end = time.monotonic() + CRASH_WITHIN
+        while (left := end - time.monotonic()) > 0 and not all(t.done() for t in burst):
+            scrape = asyncio.ensure_future(asyncio.to_thread(_gauges, base_url, headers,
+                                                             timeout))
+            scrape.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
+            await asyncio.wait({scrape}, timeout=left)
+            if scrape.done() and not scrape.cancelled() and scrape.exception() is None:
+                running, waiting = scrape.result()
+                if running + waiting > 0:
+                    out.in_flight_at_crash = int(running + waiting)
+                    out.in_flight_seen_by = "server gauges"
+                    break
+            await asyncio.sleep(max(0.0, min(0.1, end - time.monotonic())))
+        if out.in_flight_seen_by is None:
+            out.in_flight_at_crash = sum(1 for t in burst if not t.done())
+            out.in_flight_seen_by = "client (sent, not answered)"
+        await asyncio.to_thread(_crash, proc)  # SIGKILL: no graceful drain
+        return list(await asyncio.gather(*burst))
 
 
 def _crash(proc: Any) -> None:
@@ -124,6 +164,7 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
     """Start a copy of ``launch``, crash it under a burst, restart it, measure recovery.
     Every process it starts is stopped before it returns."""
     from ..endpoint import EndpointError, auth_headers, discover
+    from ..metrics import MetricsUnavailable
     from ..redact import Redactor
     from ..relaunch import Relauncher
     from ..server.launch import LaunchError, ServerProcess
@@ -149,23 +190,10 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
         found = discover(plan.base_url, api_key=api_key, timeout=timeout)
         model, tokens = found.model, crash_tokens(found.max_model_len)
 
-        async def crash_under_load() -> list[Any]:
-            # answers as long as the context allows (ignore_eos): the crash must find them in
-            # flight even on a fast machine; crash when the gauges show them, or 1.5 s after
-            # the burst at the latest
-            burst = asyncio.ensure_future(_burst(plan.base_url, model, requests, api_key,
-                                                 timeout, tokens))
-            end = time.monotonic() + 1.5
-            while time.monotonic() < end and not burst.done():
-                running, waiting = await asyncio.to_thread(_gauges, plan.base_url, headers,
-                                                           timeout)
-                if running + waiting > 0:
-                    out.in_flight_at_crash = int(running + waiting)
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.to_thread(_crash, first)  # SIGKILL: no graceful drain
-            return await burst
-        lost = asyncio.run(crash_under_load())
+        # answers as long as the context allows (ignore_eos): the crash finds them in flight
+        # even on a fast machine
+        lost = asyncio.run(_crash_under_burst(plan.base_url, model, requests, api_key, timeout,
+                                              tokens, headers, first, out))
         for res in lost:
             if not res.ok:
                 kind = res.error_kind or "error"
@@ -185,6 +213,8 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
             time.sleep(0.5)
     except (LaunchError, EndpointError) as exc:
         out.error = f"the server copy did not come up ({phase}): {str(exc).splitlines()[0]}"
+    except MetricsUnavailable as exc:
+        out.error = f"the restarted server's queue could not be read: {exc}"
     finally:
         first.stop()
         second.stop()

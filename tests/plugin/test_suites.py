@@ -342,4 +342,6 @@ def test_production_restart_recovery_in_launch_mode(pytester: pytest.Pytester,
     assert ev["ok"] and ev["health_status"] == 200 and ev["drained_s"] is not None
     assert ev["after_ok"] == ev["after_total"] == 4
     assert ev["restart_s"] > 0 and sum(ev["lost_at_crash"].values()) >= 1, ev
+    assert ev["in_flight_at_crash"] >= 1 and ev["in_flight_seen_by"] in (
+        "server gauges", "client (sent, not answered)"), ev
     assert statuses(rec)["S5"] == "pass"
