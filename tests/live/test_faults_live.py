@@ -162,7 +162,9 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
         results, after_kill = asyncio.run(run())
     finally:
         guarded.process.stop()
-    assert after_kill < 10, "requests hung after the kill"
+    # a hang would last the 30 s silence bound (and count as "timeout", asserted below);
+    # the margin absorbs a stalled VM (seen: ~5 s, whole machine) without hiding one
+    assert after_kill < 25, "requests hung after the kill"
     counts = error_counts(results)
     assert counts["connection"] == 4 and counts["timeout"] == 0, [
         (r.error, r.chunks, r.e2e) for r in results]
