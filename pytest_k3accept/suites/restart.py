@@ -84,7 +84,10 @@ def crash_tokens(max_model_len: int | None) -> int:
 #: the crash comes when the server's gauges show the burst, or this many seconds after the
 #: burst was sent, whichever is first; a slow /metrics answer never holds it back (on a
 #: loaded CI machine one took ~25 s while the burst streamed, and the burst finished before
-#: the crash came)
+#: the crash came). The burst must outlast a stalled client too: on the 2-core CI VM the
+#: client (and an idle process beside it) froze for 5-26 s at a burst's start while vLLM
+#: kept generating, so the testbed preset sends 16 answers of ~8,000 tokens (minutes of
+#: work there), not 4.
 CRASH_WITHIN = 1.5
 
 

@@ -340,7 +340,7 @@ def test_production_restart_recovery_in_launch_mode(pytester: pytest.Pytester,
     result.assert_outcomes(passed=1, deselected=3)
     [ev] = [e["data"] for e in rec["evidence"] if e["kind"] == "restart-recovery"]
     assert ev["ok"] and ev["health_status"] == 200 and ev["drained_s"] is not None
-    assert ev["after_ok"] == ev["after_total"] == 4
+    assert ev["after_ok"] == ev["after_total"] == 16
     assert ev["restart_s"] > 0 and sum(ev["lost_at_crash"].values()) >= 1, ev
     assert ev["in_flight_at_crash"] >= 1 and ev["in_flight_seen_by"] in (
         "server gauges", "client (sent, not answered)"), ev
