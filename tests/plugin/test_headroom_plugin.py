@@ -101,8 +101,10 @@ def test_load_beyond_a_small_kv_cache_fails_headroom_with_numbers(
             pass
 
         # prompts of 1,641 tokens: only one fits at a time, the rest queue for the cache
-        @pytest.mark.k3_headroom(concurrency=8, requests=8, context_tokens=1641,
-                                 output_tokens=100, max_seconds=180)
+        # (12 of them, 400 tokens out each: the last waits 11 answers, over 1 s even on a
+        # machine several times faster than this one, where it waits ~6 s)
+        @pytest.mark.k3_headroom(concurrency=12, requests=12, context_tokens=1641,
+                                 output_tokens=400, max_seconds=180)
         def test_prompts_queue_for_cache():
             pass
     ''')
