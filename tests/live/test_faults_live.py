@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.live]
 KEY = "sekrit-test-key"
 USER = [{"role": "user", "content": "Tell me about the weather."}]
 LONG = 8000  # output tokens of the kill test's streams (the guarded server's context: 8,192)
+STREAMS = 8  # sharing 2 cores, each stream needs over a minute: a client frozen for 5-26 s
+#            # (seen on the CI VM kind while vLLM kept generating) still kills them mid-answer
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def test_plugin_with_a_wrong_model_name(guarded: Any, pytester: pytest.Pytester,
 
 
 def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
-    """LAST in the module. SIGKILL to the whole server while 4 streams generate: every
+    """LAST in the module. SIGKILL to the whole server while 8 streams generate: every
     request ends as a ``connection`` error (not a timeout, not a hang), partial output is
     kept, and the URL is then reported unreachable."""
     ep = discover(guarded.base_url, api_key=KEY)
@@ -137,8 +139,8 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
     async def run() -> tuple[list[RequestResult], float]:
         async with ep.client(timeout=30) as client:
             tasks = [asyncio.create_task(client.chat(USER, stream=True, max_tokens=LONG,
-                                                     ignore_eos=True)) for _ in range(4)]
-            # a fifth stream, read here: once it has delivered tokens, so have the others
+                                                     ignore_eos=True)) for _ in range(STREAMS)]
+            # one more stream, read here: once it has delivered tokens, so have the others
             # (same start, same batch), and each is far from its last token
             body = {"model": "k3-testbed", "messages": USER, "max_tokens": LONG,
                     "ignore_eos": True, "stream": True}
@@ -148,7 +150,7 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
                     seen += line.startswith("data:")
                     if seen >= 5:
                         break
-                # the others may be admitted a step after the fifth: give them a moment to
+                # the others may be admitted a step after that one: give them a moment to
                 # stream too (LONG tokens each are still seconds away)
                 await asyncio.sleep(0.5)
                 assert not any(t.done() for t in tasks), "requests ended before the kill"
@@ -162,11 +164,11 @@ def test_server_killed_in_the_middle_of_a_run(guarded: Any) -> None:
         results, after_kill = asyncio.run(run())
     finally:
         guarded.process.stop()
-    # a hang would last the 30 s silence bound (and count as "timeout", asserted below);
-    # the margin absorbs a stalled VM (seen: ~5 s, whole machine) without hiding one
-    assert after_kill < 25, "requests hung after the kill"
+    # a hang would last the 30 s silence bound and count as "timeout" (asserted below); this
+    # bound only catches a client that never returns, with room for a frozen client (5-26 s)
+    assert after_kill < 60, "requests hung after the kill"
     counts = error_counts(results)
-    assert counts["connection"] == 4 and counts["timeout"] == 0, [
+    assert counts["connection"] == STREAMS and counts["timeout"] == 0, [
         (r.error, r.chunks, r.e2e) for r in results]
     cut = [r for r in results if r.status == 200]
     assert cut and all("was lost after HTTP 200" in (r.error or "") for r in cut)
