@@ -178,7 +178,7 @@ class Delta:
         """How many observations of histogram ``name`` were above ``bound`` over the delta
         (count increase minus the ``le=bound`` bucket's); None when no such bucket exists."""
         les = {lbl.get("le") for lbl, _ in self.later.series(f"{name}_bucket")}
-        le = next((x for x in les if x is not None and _float(x) == bound), None)
+        le = next((x for x in les if x is not None and number(x) == bound), None)
         if le is None:
             return None
         return max(0.0, self.increase(f"{name}_count") - self.increase(f"{name}_bucket", le=le))
@@ -208,9 +208,11 @@ def parse_many(texts: Iterable[str]) -> list[Snapshot]:
     return [Snapshot.parse(t) for t in texts]
 
 
-def _float(text: str) -> float | None:
+def number(text: str | None) -> float | None:
+    """A number written as text (a label value, a ``cache_config_info`` field; thousands
+    separators allowed), or None when absent or not a number."""
     try:
-        return float(text)
+        return None if text is None else float(text.replace(",", ""))
     except ValueError:
         return None
 

@@ -21,7 +21,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..metrics import GAUGES, scan_gauges
+from ..metrics import GAUGES, number, scan_gauges
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -190,7 +190,7 @@ class Monitor:
             "gauge_sample_errors": self.sample_errors,
             "queue_time_mean": delta.histogram_mean("vllm:request_queue_time_seconds"),
             "prefill_time_mean": delta.histogram_mean("vllm:request_prefill_time_seconds"),
-            "kv_cache_size_tokens": _num(cfg.get("kv_cache_size_tokens")),
+            "kv_cache_size_tokens": number(cfg.get("kv_cache_size_tokens")),
             "prefix_caching": after.prefix_caching_enabled(),
         })
         return out
@@ -240,13 +240,6 @@ def sustained(series: list[tuple[float, float]], window: float) -> float | None:
                 best = low if best is None else max(best, low)
                 break
     return best
-
-
-def _num(value: str | None) -> float | None:
-    try:
-        return None if value is None else float(value.replace(",", ""))
-    except ValueError:
-        return None
 
 
 def gpu_figures(telemetry: Any, since: float, until: float) -> dict[str, Any] | None:
