@@ -91,14 +91,17 @@ def crash_tokens(max_model_len: int | None) -> int:
 CRASH_WITHIN = 1.5
 
 
+def _answer(client: Any, max_tokens: int) -> Any:
+    """One streamed answer of exactly ``max_tokens`` tokens (``ignore_eos``)."""
+    return client.chat(SHORT, stream=True, max_tokens=max_tokens, ignore_eos=True)
+
+
 async def _burst(base_url: str, model: str, n: int, api_key: str | None,
                  timeout: float, max_tokens: int) -> list[Any]:
     from ..client import K3Client
 
     async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
-        return list(await asyncio.gather(*(client.chat(SHORT, stream=True,
-                                                       max_tokens=max_tokens, ignore_eos=True)
-                                           for _ in range(n))))
+        return list(await asyncio.gather(*(_answer(client, max_tokens) for _ in range(n))))
 
 
 async def _crash_under_burst(base_url: str, model: str, n: int, api_key: str | None,
@@ -110,8 +113,7 @@ async def _crash_under_burst(base_url: str, model: str, n: int, api_key: str | N
     from ..client import K3Client
 
     async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
-        burst = [asyncio.ensure_future(client.chat(SHORT, stream=True, max_tokens=max_tokens,
-                                                   ignore_eos=True)) for _ in range(n)]
+        burst = [asyncio.ensure_future(_answer(client, max_tokens)) for _ in range(n)]
         end = time.monotonic() + CRASH_WITHIN
         while (left := end - time.monotonic()) > 0 and not all(t.done() for t in burst):
             scrape = asyncio.ensure_future(asyncio.to_thread(_gauges, base_url, headers,
