@@ -23,7 +23,6 @@ try:  # load matplotlib (and numpy) out here: pytester's in-process runs drop th
 except ImportError:  # charts are optional
     pass
 
-#: the testbed's cache, resolved before pytester points HOME at a temporary directory
 HOSTILE = '<script>document.body.setAttribute("data-pwned", "1")</script>'
 OUT = ["--k3-record", "out/record.json", "--html", "out/report.html", "--self-contained-html",
        "--junitxml", "out/junit.xml", "-p", "no:cacheprovider"]

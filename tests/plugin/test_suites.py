@@ -21,7 +21,6 @@ except ImportError:  # charts are optional
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "pytest_k3accept" / "data"
-#: the testbed's cache, resolved before pytester points HOME at a temporary directory
 OUT = ("-p", "no:cacheprovider", "-rs", "--k3-record", "record.json", "--k3-artifacts",
        "artifacts", "-o", "asyncio_default_fixture_loop_scope=function")
 COLLECT = '''
@@ -221,8 +220,6 @@ def test_poc_oom_before_weight_mapping_moves_the_environment(
     from pytest_k3accept.server.launch import free_port
 
     monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
-    if testbed.unavailable_reason():
-        pytest.skip(str(testbed.unavailable_reason()))
     command = testbed.testbed_launch_command(free_port(), variant="huge")
     result, rec = run_suite(pytester, "poc", "--k3-launch", command, "--k3-preset", "testbed",
                             "--k3-launch-timeout", "300")
