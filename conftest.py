@@ -63,7 +63,7 @@ class TestbedServer:
 def _start(tmp: Path, variant: str, args: tuple[str, ...], kv_cache_bytes: int,
            max_model_len: int, expect_ready: bool, timeout: float) -> TestbedServer:
     from pytest_k3accept import testbed
-    from pytest_k3accept.server.launch import LaunchError, ServerProcess, free_port
+    from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess, free_port
 
     reason = testbed.unavailable_reason()
     if reason:

@@ -2,7 +2,7 @@
 
 Starts the embedded CPU vLLM testbed (tiny model, ``pytest_k3accept.testbed`` +
 ``server.launch.ServerProcess``, as the test suite's ``testbed`` fixture does), runs a set of
-streamed requests through :func:`pytest_k3accept.load.runner.run_load`, and compares the
+streamed requests through :func:`pytest_k3accept.observe.load.runner.run_load`, and compares the
 client's mean TTFT / e2e with the server's histograms ``vllm:time_to_first_token_seconds``
 and ``vllm:e2e_request_latency_seconds`` (sum and count increases over exactly those
 requests -> mean). The difference is what the client adds (HTTP, SSE parsing, event loop),
@@ -35,7 +35,7 @@ class Testbed:
 
     def __enter__(self) -> "Testbed":
         from pytest_k3accept import testbed
-        from pytest_k3accept.server.launch import ServerProcess, free_port
+        from pytest_k3accept.observe.server.launch import ServerProcess, free_port
 
         reason = testbed.unavailable_reason()
         if reason:
@@ -77,10 +77,10 @@ def _settled(scraper: Any, before: Any, count: int, timeout: float = 10.0) -> An
 
 def measure(base_url: str, *, conc: int, n: int, chunks: int = 16) -> dict[str, Any]:
     """Client vs server means (ms) for ``n`` streamed requests at ``conc`` streams."""
-    from pytest_k3accept.client import K3Client
-    from pytest_k3accept.load.profile import LoadProfile
-    from pytest_k3accept.load.runner import run_load
-    from pytest_k3accept.metrics import MetricsScraper
+    from pytest_k3accept.observe.endpoint.client import K3Client
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.runner import run_load
+    from pytest_k3accept.observe.metrics import MetricsScraper
 
     model = _served_model(base_url)
     req = [{"messages": [{"role": "user", "content": PROMPT}], "max_tokens": chunks}]

@@ -36,7 +36,7 @@ import os as _os
 import sys as _sys
 
 _sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-from pytest_k3accept.transport import LeanAiohttpTransport  # noqa: E402  (the plugin's own)
+from pytest_k3accept.observe.endpoint.transport import LeanAiohttpTransport  # noqa: E402  (the plugin's own)
 
 perf = time.perf_counter
 _loads = json.loads

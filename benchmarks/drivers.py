@@ -16,7 +16,7 @@ import random
 import time
 from typing import Any
 
-from pytest_k3accept.load import stats
+from pytest_k3accept.observe.load import stats
 
 #: ~32 prompt tokens (the stub counts len/4; GuideLLM and vllm bench get 32 synthetic tokens)
 PROMPT = "Summarise the benchmark: " + " ".join(f"item{i}" for i in range(17))
@@ -53,9 +53,9 @@ def skipped(tool: str, mode: str, why: str) -> dict[str, Any]:
 
 async def _runner(url: str, conc: int | None, rate: float | None, n: int, warm: int,
                   chunks: int, cap: float) -> dict[str, Any]:
-    from pytest_k3accept.client import K3Client
-    from pytest_k3accept.load.profile import LoadProfile
-    from pytest_k3accept.load.runner import run_load
+    from pytest_k3accept.observe.endpoint.client import K3Client
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.runner import run_load
 
     req = [{"messages": [{"role": "user", "content": PROMPT}], "max_tokens": chunks}]
     base = LoadProfile(name="bench", output_tokens=chunks, ignore_eos=False,

@@ -3,7 +3,7 @@
 * :func:`pytest_overhead`: wall time of ``pytest`` on a small unrelated test file with the
   plugin (installed entry point ``k3accept``) and with ``-p no:k3accept``; best of N
   interleaved subprocess runs each, so other load on the machine inflates both alike.
-* :func:`telemetry_cpu`: process CPU time of :class:`pytest_k3accept.telemetry.GpuTelemetry`
+* :func:`telemetry_cpu`: process CPU time of :class:`pytest_k3accept.observe.host.telemetry.GpuTelemetry`
   at its default interval (``--k3-gpu-interval``, 0.5 s). Without a GPU it falls back to
   vLLM's KV-cache usage, read from the server's ``/metrics`` with a line scan: that is what
   is measured here, against a real server, minus an idle baseline of the same length, side
@@ -70,9 +70,9 @@ def telemetry_cpu(base_url: str, seconds: float = 5.0,
     """CPU seconds per wall second of KV-usage sampling against ``base_url``'s /metrics:
     the plugin's reader (``MetricsScraper.gauges``, a line scan) and, side by side, a full
     ``prometheus_client`` parse per sample (``scrape().kv_cache_usage()``, the peer)."""
-    from pytest_k3accept.metrics import MetricsScraper
-    from pytest_k3accept.settings import Settings
-    from pytest_k3accept.telemetry import GpuTelemetry
+    from pytest_k3accept.observe.metrics import MetricsScraper
+    from pytest_k3accept.config.settings import Settings
+    from pytest_k3accept.observe.host.telemetry import GpuTelemetry
 
     default = getattr(Settings, "gpu_interval", 0.5)  # --k3-gpu-interval's default
     interval = float(interval or default)

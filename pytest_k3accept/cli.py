@@ -29,7 +29,7 @@ def _testbed(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from .host import collect
+    from .observe.host import collect
 
     return collect.main(args)
 

@@ -13,21 +13,21 @@ import types
 
 import pytest
 
-from . import settings as _settings
-from .state import RunState
-from .wiring import SETTINGS_KEY, STATE_KEY
+from .config import settings as _settings
+from .evidence.store import RunState
+from .fixtures import SETTINGS_KEY, STATE_KEY
 
 #: feature wiring modules, each a small pytest plugin of its own
 WIRING: tuple[str, ...] = (
-    "pytest_k3accept.wiring.checks",
-    "pytest_k3accept.wiring.endpoint",
-    "pytest_k3accept.wiring.server",
-    "pytest_k3accept.wiring.load",
-    "pytest_k3accept.wiring.host",
-    "pytest_k3accept.wiring.decide",
-    "pytest_k3accept.wiring.robustness",
-    "pytest_k3accept.wiring.report",
-    "pytest_k3accept.wiring.suites",
+    "pytest_k3accept.fixtures.checks",
+    "pytest_k3accept.fixtures.endpoint",
+    "pytest_k3accept.fixtures.server",
+    "pytest_k3accept.fixtures.load",
+    "pytest_k3accept.fixtures.host",
+    "pytest_k3accept.fixtures.decide",
+    "pytest_k3accept.fixtures.robustness",
+    "pytest_k3accept.fixtures.report",
+    "pytest_k3accept.fixtures.suites",
 )
 
 
@@ -36,7 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hooks
+    from . import hookspecs as hooks
 
     pluginmanager.add_hookspecs(hooks)
     if pluginmanager.get_name(sys.modules[__name__]) != "k3accept" and not (

@@ -98,7 +98,7 @@ def _answer(client: Any, max_tokens: int) -> Any:
 
 async def _burst(base_url: str, model: str, n: int, api_key: str | None,
                  timeout: float, max_tokens: int) -> list[Any]:
-    from ..client import K3Client
+    from ..observe.endpoint.client import K3Client
 
     async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
         return list(await asyncio.gather(*(_answer(client, max_tokens) for _ in range(n))))
@@ -110,7 +110,7 @@ async def _crash_under_burst(base_url: str, model: str, n: int, api_key: str | N
     """Send ``n`` long streamed requests, SIGKILL ``proc`` while they are in flight and
     return their results. ``out.in_flight_at_crash`` is what the server's gauges showed, or,
     when no scrape answered in time, the requests the client had sent and not seen answered."""
-    from ..client import K3Client
+    from ..observe.endpoint.client import K3Client
 
     async with K3Client(base_url, model, api_key=api_key, timeout=timeout) as client:
         burst = [asyncio.ensure_future(_answer(client, max_tokens)) for _ in range(n)]
@@ -147,7 +147,7 @@ def _crash(proc: Any) -> None:
 
 
 def _gauges(base_url: str, headers: dict[str, str], timeout: float) -> tuple[float, float]:
-    from ..metrics import MetricsScraper
+    from ..observe.metrics import MetricsScraper
 
     with MetricsScraper(base_url, headers=headers, timeout=timeout) as scraper:
         snap = scraper.scrape()
@@ -168,11 +168,11 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
                 ) -> RestartResult:
     """Start a copy of ``launch``, crash it under a burst, restart it, measure recovery.
     Every process it starts is stopped before it returns."""
-    from ..endpoint import EndpointError, auth_headers, discover
-    from ..metrics import MetricsUnavailable
-    from ..redact import Redactor
-    from ..relaunch import Relauncher
-    from ..server.launch import LaunchError, ServerProcess
+    from ..observe.endpoint.discover import EndpointError, auth_headers, discover
+    from ..observe.metrics import MetricsUnavailable
+    from ..output.redact import Redactor
+    from ..observe.server.relaunch import Relauncher
+    from ..observe.server.launch import LaunchError, ServerProcess
 
     relauncher = Relauncher(launch, artifacts=artifacts, timeout=start_timeout)
     plan = relauncher.plan([])

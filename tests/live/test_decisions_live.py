@@ -47,7 +47,7 @@ def verdict_section(result: pytest.RunResult) -> str:
 
 AB_AND_LIGHT_LOAD = '''
 import pytest
-from pytest_k3accept.load.profile import LoadProfile
+from pytest_k3accept.observe.load.profile import LoadProfile
 
 def test_prefix_cache_ab(k3_prefix_ab):
     ab = k3_prefix_ab
@@ -98,7 +98,7 @@ def test_ab_hits_only_with_cache_on_and_light_load_keeps(pytester: pytest.Pytest
 
 POC = '''
 import pytest
-from pytest_k3accept.load.profile import LoadProfile
+from pytest_k3accept.observe.load.profile import LoadProfile
 
 @pytest.mark.asyncio
 async def test_first_response(k3_load):
@@ -121,7 +121,7 @@ def test_poc_run_is_functional_only(pytester: pytest.Pytester, testbed: Any) -> 
 
 def test_weights_that_do_not_load_move_environment(pytester: pytest.Pytester) -> None:
     from pytest_k3accept import testbed
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     command = testbed.testbed_launch_command(free_port(), variant="huge")
     pytester.makepyfile(test_start="def test_server(k3_server):\n    pass\n")

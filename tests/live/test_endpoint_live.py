@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_k3accept.endpoint import EndpointError, discover
-from pytest_k3accept.metrics import MetricsScraper
+from pytest_k3accept.observe.endpoint.discover import EndpointError, discover
+from pytest_k3accept.observe.metrics import MetricsScraper
 
 pytestmark = [pytest.mark.live]
 

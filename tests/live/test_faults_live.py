@@ -15,10 +15,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_k3accept.client import K3Client, RequestResult
-from pytest_k3accept.endpoint import EndpointError, discover
-from pytest_k3accept.load.stats import error_counts
-from pytest_k3accept.metrics import ENGINE_SERIES, MetricsScraper, MetricsUnavailable
+from pytest_k3accept.observe.endpoint.client import K3Client, RequestResult
+from pytest_k3accept.observe.endpoint.discover import EndpointError, discover
+from pytest_k3accept.observe.load.stats import error_counts
+from pytest_k3accept.observe.metrics import ENGINE_SERIES, MetricsScraper, MetricsUnavailable
 
 pytestmark = [pytest.mark.live]
 

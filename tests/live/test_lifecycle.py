@@ -22,7 +22,7 @@ pytestmark = pytest.mark.live
 def launch_command(testbed_cache: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
     """A shell command line that starts a real testbed server (environment included)."""
     from pytest_k3accept import testbed
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
 
@@ -46,7 +46,7 @@ def _classification_line(result: pytest.RunResult) -> str:
 
 FAILED_START = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 def test_needs_server(k3_server):
     pass

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.endpoint import discover
-from pytest_k3accept.load import synthetic
-from pytest_k3accept.load.profile import LoadProfile
-from pytest_k3accept.load.profile import load as load_profile
-from pytest_k3accept.load.requestset import load as load_set
-from pytest_k3accept.load.runner import run_load
+from pytest_k3accept.observe.endpoint.discover import discover
+from pytest_k3accept.observe.load import synthetic
+from pytest_k3accept.observe.load.profile import LoadProfile
+from pytest_k3accept.observe.load.profile import load as load_profile
+from pytest_k3accept.observe.load.requestset import load as load_set
+from pytest_k3accept.observe.load.runner import run_load
 
 pytestmark = [pytest.mark.live, pytest.mark.asyncio]
 

@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
-from pytest_k3accept.host import gather
-from pytest_k3accept.host.remote import MIB, Prometheus
-from pytest_k3accept.server.launch import free_port
-from pytest_k3accept.telemetry import GpuTelemetry
+from pytest_k3accept.observe.host import gather
+from pytest_k3accept.observe.host.remote import MIB, Prometheus
+from pytest_k3accept.observe.server.launch import free_port
+from pytest_k3accept.observe.host.telemetry import GpuTelemetry
 
 pytestmark = pytest.mark.live
 
@@ -162,7 +162,7 @@ def test_peak_through_prometheus_telemetry(prometheus: str, exporter: DcgmExport
 
 
 def test_vllm_kv_usage_through_prometheus(prometheus: str, testbed: Any) -> None:
-    from pytest_k3accept.metrics import MetricsScraper
+    from pytest_k3accept.observe.metrics import MetricsScraper
 
     prom = Prometheus(prometheus)
     series = prom.query("vllm:kv_cache_usage_perc")
@@ -178,7 +178,7 @@ def test_vllm_kv_usage_through_prometheus(prometheus: str, testbed: Any) -> None
 PLUGIN_SUITE = '''
 import sys
 import pytest
-from pytest_k3accept.host.nvml_stub import StubNvml
+from pytest_k3accept.observe.host.nvml_stub import StubNvml
 
 sys.modules["pynvml"] = StubNvml(fail_init=True)  # no local GPU: remote facts only
 
@@ -208,7 +208,7 @@ def test_markers_and_k3_gpu_with_prometheus_url(pytester: pytest.Pytester,
 
 KV_SUITE = '''
 import sys
-from pytest_k3accept.host.nvml_stub import StubNvml
+from pytest_k3accept.observe.host.nvml_stub import StubNvml
 
 sys.modules["pynvml"] = StubNvml(fail_init=True)
 

@@ -27,7 +27,7 @@ HOSTILE = f'<script>{PWN}</script><img src=x onerror=\'{PWN}\'>'
 
 SUITE = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 HOSTILE = %r
 

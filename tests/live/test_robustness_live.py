@@ -22,7 +22,7 @@ TOP_K = '"top_k": 1000000000000000000000000000000'
 
 SUITE = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 @pytest.mark.k3_robustness(max_examples=20)
 def test_sweep_and_search(request):

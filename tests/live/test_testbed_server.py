@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_k3accept import testbed
-from pytest_k3accept.server.launch import ServerProcess, free_port
+from pytest_k3accept.observe.server.launch import ServerProcess, free_port
 
 pytestmark = pytest.mark.live
 

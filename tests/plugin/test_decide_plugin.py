@@ -23,7 +23,7 @@ def test_layers(k3_layers):
 """
 
 DRIVER_FAILURE = """
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 def test_driver(request):
     state_of(request.config).add(

@@ -52,7 +52,7 @@ def test_no_endpoint_under_require_fails_without_traceback(pytester: pytest.Pyte
 
 
 def test_unreachable_endpoint(pytester: pytest.Pytester) -> None:
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     pytester.makepyfile(test_suite=SUITE)

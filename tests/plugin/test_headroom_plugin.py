@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parents[2] / "pytest_k3accept" / "data"
 
 CONFTEST = '''
 import json
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 def pytest_sessionfinish(session):
     state = state_of(session.config)

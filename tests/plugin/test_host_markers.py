@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.host.facts import GpuFacts, NodeFacts
-from pytest_k3accept.host.factsfile import dumps
+from pytest_k3accept.observe.host.facts import GpuFacts, NodeFacts
+from pytest_k3accept.observe.host.factsfile import dumps
 
 CONFTEST = '''
 import json, sys
-from pytest_k3accept.host.nvml_stub import StubGpu, StubNvml
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.observe.host.nvml_stub import StubGpu, StubNvml
+from pytest_k3accept.fixtures import state_of
 
 sys.modules["pynvml"] = StubNvml({gpus})
 
@@ -218,7 +218,7 @@ def test_bad_marker_arguments_are_a_usage_error(pytester: pytest.Pytester) -> No
 
 GPU = '''
 import time
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 def test_alloc(k3_gpu, k3_host):
     import pynvml

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept import record
+from pytest_k3accept.output import record
 
 jsonschema = pytest.importorskip("jsonschema")
 try:  # load matplotlib (and numpy) out here: pytester's in-process runs drop the modules
@@ -29,7 +29,7 @@ OUT = ["--k3-record", "out/record.json", "--html", "out/report.html", "--self-co
 
 LIVE_SUITE = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 HOSTILE = %r
 
@@ -112,7 +112,7 @@ def test_real_run_record_report_and_junit(pytester: pytest.Pytester, testbed: An
 
 SUITE_FAILING = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 @pytest.fixture
 def broken():
@@ -162,7 +162,7 @@ def test_failed_and_errored_run_still_gets_a_valid_record(pytester: pytest.Pytes
 
 SUITE_INTERRUPTED = '''
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 @pytest.mark.k3_check("C2")
 def test_first(request):
@@ -193,7 +193,7 @@ def test_interrupted_run_still_writes_the_record(pytester: pytest.Pytester) -> N
 SUITE_XDIST = '''
 import os
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 @pytest.mark.parametrize("n", range(4))
 @pytest.mark.k3_check("C9")
@@ -244,7 +244,7 @@ SECRET_SUITE = '''
 import logging
 import os
 import pytest
-from pytest_k3accept.wiring import state_of
+from pytest_k3accept.fixtures import state_of
 
 KEY = os.environ["K3_TEST_KEY"]
 

@@ -217,7 +217,7 @@ def test_poc_oom_before_weight_mapping_moves_the_environment(
     """A model whose weights do not fit (the testbed's 'huge' variant) fails while loading:
     a POC stop condition, never something to tune."""
     from pytest_k3accept import testbed
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
     command = testbed.testbed_launch_command(free_port(), variant="huge")

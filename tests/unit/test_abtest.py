@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_k3accept.abtest import (FAIL, INCOMPLETE, PASS, Arm, arm_from_load, assign,
-                                    compare, prefix_shape)
+from pytest_k3accept.checks.prefix_ab.compare import (FAIL, INCOMPLETE, PASS, Arm, arm_from_load,
+                                                      assign, compare, prefix_shape)
 
 ON_CFG = {"enable_prefix_caching": "True", "mamba_cache_mode": "align",
           "prefix_cache_retention_interval": "0", "block_size": "128"}

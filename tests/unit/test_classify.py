@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vllm_logs
-from pytest_k3accept.server.classify import (ADVICE, CATEGORIES, HttpObservations,
-                                             classify)
+from pytest_k3accept.observe.server.classify import ADVICE, CATEGORIES, HttpObservations, classify
 
 E = "(EngineCore pid=7) ERROR 11-29 23:51:37 [core.py:1510] "
 W = "(Worker pid=8) ERROR 11-29 23:51:37 [multiproc_executor.py:953] "

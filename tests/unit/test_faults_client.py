@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fault_stub import StubServer, chunk, reply
-from pytest_k3accept import untrusted
-from pytest_k3accept.client import K3Client, RequestResult
-from pytest_k3accept.faults import classify_exception
-from pytest_k3accept.server.launch import free_port
+from pytest_k3accept.observe.endpoint import untrusted
+from pytest_k3accept.observe.endpoint.client import K3Client, RequestResult
+from pytest_k3accept.observe.endpoint.faults import classify_exception
+from pytest_k3accept.observe.server.launch import free_port
 
 USER = [{"role": "user", "content": "x"}]
 

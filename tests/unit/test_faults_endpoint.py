@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fault_stub import StubServer, models
-from pytest_k3accept.endpoint import EndpointError, _models, discover
-from pytest_k3accept.server.launch import free_port
+from pytest_k3accept.observe.endpoint.discover import EndpointError, _models, discover
+from pytest_k3accept.observe.server.launch import free_port
 
 
 def test_non_vllm_server_is_discovered_as_not_vllm() -> None:
@@ -66,7 +66,7 @@ def test_version_without_a_version_is_none() -> None:
 
 
 def test_huge_discovery_answer_is_not_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_k3accept.endpoint as endpoint
+    import pytest_k3accept.observe.endpoint.discover as endpoint
 
     monkeypatch.setattr(endpoint, "MAX_DISCOVERY_BODY", 100_000)
     with StubServer() as stub:

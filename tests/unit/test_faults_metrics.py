@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fault_stub import StubServer
-from pytest_k3accept.metrics import MetricsScraper, MetricsUnavailable, Snapshot
+from pytest_k3accept.observe.metrics import MetricsScraper, MetricsUnavailable, Snapshot
 
 #: what vLLM 0.32 started with --disable-log-stats (and a tool parser) really exposes
 DISABLED_STATS = """\
@@ -46,7 +46,7 @@ def test_non_vllm_metrics_404_and_unreachable() -> None:
 
 
 def test_huge_metrics_page_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_k3accept.metrics as metrics
+    import pytest_k3accept.observe.metrics as metrics
 
     monkeypatch.setattr(metrics, "MAX_METRICS_BODY", 50_000)
     with StubServer() as stub:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fault_stub import StubServer, chunk
-from pytest_k3accept.server.launch import free_port
+from pytest_k3accept.observe.server.launch import free_port
 
 SUITE = '''
 import pytest

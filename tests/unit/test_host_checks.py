@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_k3accept.host.checks import check_cuda, check_driver, check_topology
-from pytest_k3accept.host.facts import GpuFacts, HostFacts, NodeFacts, nvlink_from_topology
+from pytest_k3accept.checks.environment import check_cuda, check_driver, check_topology
+from pytest_k3accept.observe.host.facts import GpuFacts, HostFacts, NodeFacts, nvlink_from_topology
 
 TOPO_NV = """\tGPU0\tGPU1\tNIC0\tCPU Affinity
 GPU0\t X \tNV18\tSYS\t0-47

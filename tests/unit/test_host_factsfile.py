@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_k3accept.host.facts import GpuFacts, NodeFacts
-from pytest_k3accept.host.factsfile import FactsFileError, dumps, from_dict, load, loads
+from pytest_k3accept.observe.host.facts import GpuFacts, NodeFacts
+from pytest_k3accept.observe.host.factsfile import FactsFileError, dumps, from_dict, load, loads
 
 GOOD = NodeFacts(node="gpu-a", source="k3accept collect", gpu_available=True,
                  driver_version="580.65.06", cuda_driver_version="13.0",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_k3accept.host import collect, factsfile, gather, nvml
-from pytest_k3accept.host.nvml_stub import GIB, StubGpu, StubNvml
+from pytest_k3accept.observe.host import collect, factsfile, gather, nvml
+from pytest_k3accept.observe.host.nvml_stub import GIB, StubGpu, StubNvml
 
 
 def test_read_local_reads_every_gpu_and_shuts_down() -> None:

@@ -8,8 +8,9 @@ from typing import Iterator
 
 import pytest
 
-from pytest_k3accept.host.remote import (MIB, Dcgm, Prometheus, RemoteError, memory_from_samples,
-                                         metrics_url, nodes_from_samples)
+from pytest_k3accept.observe.host.remote import (MIB, Dcgm, Prometheus, RemoteError,
+                                                 memory_from_samples, metrics_url,
+                                                 nodes_from_samples)
 
 
 def dcgm_text(host: str = "gpu-a", driver: str = "580.65.06", gpus: int = 2,
@@ -76,7 +77,7 @@ def test_not_dcgm_and_not_prometheus(serve: dict[str, object]) -> None:
 
 
 def test_unreachable_names_the_url() -> None:
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RemoteError, match=f"cannot reach {url}/metrics"):
@@ -107,8 +108,8 @@ def test_metrics_url() -> None:
 
 
 def test_credentials_in_urls_never_reach_messages() -> None:
-    from pytest_k3accept.host.remote import shown
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.host.remote import shown
+    from pytest_k3accept.observe.server.launch import free_port
 
     assert shown("http://user:s3cret@h:9090/x") == "http://***@h:9090/x"
     assert shown("http://h:9090") == "http://h:9090"

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from pytest_k3accept.host.nvml import NvmlMemory
-from pytest_k3accept.host.nvml_stub import GIB, StubGpu, StubNvml
-from pytest_k3accept.telemetry import GPU_MEMORY, KV_USAGE, NONE, GpuTelemetry, pick_source
+from pytest_k3accept.observe.host.nvml import NvmlMemory
+from pytest_k3accept.observe.host.nvml_stub import GIB, StubGpu, StubNvml
+from pytest_k3accept.observe.host.telemetry import (GPU_MEMORY, KV_USAGE, NONE, GpuTelemetry,
+                                                    pick_source)
 
 
 def wait_for(cond, timeout: float = 5.0) -> None:
@@ -116,7 +117,7 @@ def test_pick_source_prefers_remote_when_given_and_says_why_none() -> None:
     src, why = pick_source(nvml_module=StubNvml(fail_init=True))
     assert src is None and "local NVML: NVML could not start" in (why or "")
     assert "no --k3-dcgm-url / --k3-prometheus-url given" in (why or "")
-    from pytest_k3accept.server.launch import free_port
+    from pytest_k3accept.observe.server.launch import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     src, why = pick_source(dcgm_url=url, nvml_module=StubNvml(fail_init=True))

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_k3accept.host.versions import (VersionError, cuda_from_int, driver_covers_cuda,
-                                           driver_meets, parse_cuda, parse_driver)
+from pytest_k3accept.observe.host.versions import (VersionError, cuda_from_int, driver_covers_cuda,
+                                                   driver_meets, parse_cuda, parse_driver)
 
 part = st.integers(min_value=0, max_value=999)
 driver_parts = st.lists(part, min_size=1, max_size=3).map(tuple)

@@ -1,4 +1,4 @@
-"""Unit tests of the server-process lifecycle (pytest_k3accept.server.launch).
+"""Unit tests of the server-process lifecycle (pytest_k3accept.observe.server.launch).
 
 Plain small commands stand in for the server: a stdlib HTTP stub that serves
 /v1/models, a command that exits, one that never listens, one that spawns children.
@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from pytest_k3accept import testbed
-from pytest_k3accept.server.launch import (
-    LaunchError, ServerExited, ServerProcess, ServerStartTimeout, free_port,
-)
+from pytest_k3accept.observe.server.launch import (LaunchError, ServerExited, ServerProcess,
+                                                   ServerStartTimeout, free_port)
 
 STUB = textwrap.dedent("""
     import http.server, json, sys

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_k3accept.layers import Layers, LayersError, load
+from pytest_k3accept.decide.layers import Layers, LayersError, load
 
 
 def test_layers_from_a_toml_profile(tmp_path: Path) -> None:

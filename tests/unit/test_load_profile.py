@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_k3accept.load.profile import LoadProfile, ProfileError, load, parse_text
-from pytest_k3accept.load.slo import SLO_KEYS
+from pytest_k3accept.observe.load.profile import LoadProfile, ProfileError, load, parse_text
+from pytest_k3accept.checks.slo import SLO_KEYS
 
 DATA = Path(__file__).resolve().parents[2] / "pytest_k3accept" / "data"
 
@@ -186,8 +186,8 @@ def test_arbitrary_text_never_escapes_as_another_exception(text: str) -> None:
 def test_examples_in_the_docs_are_valid() -> None:
     import re
 
-    from pytest_k3accept.load.agentset import expand_agent_set
-    from pytest_k3accept.tables import decode
+    from pytest_k3accept.observe.load.agentset import expand_agent_set
+    from pytest_k3accept.config.tables import decode
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "load.md").read_text()
     blocks = [decode(b, "toml", "docs/load.md") for b in re.findall(r"```toml\n(.*?)```", text, re.S)]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_k3accept.load.requestset import (ChatRequest, RequestSet, RequestSetError, load,
-                                             loads_jsonl)
+from pytest_k3accept.observe.load.requestset import (ChatRequest, RequestSet, RequestSetError,
+                                                     load, loads_jsonl)
 
 DATA = Path(__file__).resolve().parents[2] / "pytest_k3accept" / "data"
 SYS = {"role": "system", "content": "You are an agent."}

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.client import RequestResult
-from pytest_k3accept.load import monitor, synthetic
-from pytest_k3accept.load.profile import LoadProfile
-from pytest_k3accept.load.requestset import ChatRequest, RequestSet
-from pytest_k3accept.metrics import scan_gauges
-from pytest_k3accept.load.runner import run_load
+from pytest_k3accept.observe.endpoint.client import RequestResult
+from pytest_k3accept.observe.load import monitor, synthetic
+from pytest_k3accept.observe.load.profile import LoadProfile
+from pytest_k3accept.observe.load.requestset import ChatRequest, RequestSet
+from pytest_k3accept.observe.metrics import scan_gauges
+from pytest_k3accept.observe.load.runner import run_load
 
 
 class FakeClient:
@@ -204,7 +204,7 @@ def test_gauge_scan_and_sustained_queue() -> None:
 def test_gc_thresholds_are_raised_during_runs_and_restored_after_the_last() -> None:
     import gc
 
-    from pytest_k3accept.load import runner
+    from pytest_k3accept.observe.load import runner
 
     before = gc.get_threshold()
     try:
@@ -231,7 +231,7 @@ def test_gc_thresholds_are_raised_during_runs_and_restored_after_the_last() -> N
 def test_a_preemption_proves_the_kv_cache_was_full_when_no_sample_caught_it() -> None:
     """A busy API server can hold every gauge sample back until the run is over: the peak
     then comes from the preemption counter (vLLM preempts only without a free KV block)."""
-    from pytest_k3accept.metrics import MetricsScraper, Snapshot
+    from pytest_k3accept.observe.metrics import MetricsScraper, Snapshot
 
     def page(preempted: int, ok: int) -> str:
         return ("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.load import headroom
-from pytest_k3accept.load.slo import SLO, SLOError, check
+from pytest_k3accept.checks import headroom
+from pytest_k3accept.checks.slo import SLO, SLOError, check
 
 
 @dataclass

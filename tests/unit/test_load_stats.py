@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_k3accept.load import stats
+from pytest_k3accept.observe.load import stats
 
 finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
 values = st.lists(finite, min_size=1, max_size=200)

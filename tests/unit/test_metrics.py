@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from pytest_k3accept.metrics import MetricsScraper, MetricsUnavailable, Snapshot
+from pytest_k3accept.observe.metrics import MetricsScraper, MetricsUnavailable, Snapshot
 
 LABELS = 'engine="0",model_name="m"'
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_k3accept.presets import PresetError, load_preset, shipped
+from pytest_k3accept.config.presets import PresetError, load_preset, shipped
 from pytest_k3accept.suites import support
 
 LOG_LINE = ("(APIServer pid=32384) INFO 11-30 00:19:05 [api_utils.py:286] non-default args: "

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_k3accept.load.profile import LoadProfile
-from pytest_k3accept.procedure import (NOT_APPLICABLE, NOT_RUN, RAN, DecisionProfile,
-                                       ProcedureError, ProcedureSpec, changed, one_variable,
-                                       plan, read_profile)
+from pytest_k3accept.observe.load.profile import LoadProfile
+from pytest_k3accept.checks.procedure.plan import (NOT_APPLICABLE, NOT_RUN, RAN, DecisionProfile,
+                                                   ProcedureError, ProcedureSpec, changed,
+                                                   one_variable, plan, read_profile)
 
 PROFILE = """
 name = "agent"

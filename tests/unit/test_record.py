@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_k3accept import record
-from pytest_k3accept.host.facts import GpuFacts, HostFacts, NodeFacts
-from pytest_k3accept.redact import REDACTED, Redactor
-from pytest_k3accept.reproduction import parallelism, parse_args, split_command
-from pytest_k3accept.settings import Settings
-from pytest_k3accept.state import RunState
+from pytest_k3accept.output import record
+from pytest_k3accept.observe.host.facts import GpuFacts, HostFacts, NodeFacts
+from pytest_k3accept.output.redact import REDACTED, Redactor
+from pytest_k3accept.output.reproduction import parallelism, parse_args, split_command
+from pytest_k3accept.config.settings import Settings
+from pytest_k3accept.evidence.store import RunState
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -160,17 +160,17 @@ def test_verdict_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
     state = RunState()
     state.add("verdict", "decided", {"name": "keep", "reasons": ["held"]})
     assert record.verdict_of(state)["name"] == "keep"
-    import pytest_k3accept
+    import pytest_k3accept.decide
 
-    monkeypatch.delattr(pytest_k3accept, "verdict", raising=False)
-    monkeypatch.setitem(sys.modules, "pytest_k3accept.verdict", None)
+    monkeypatch.delattr(pytest_k3accept.decide, "verdict", raising=False)
+    monkeypatch.setitem(sys.modules, "pytest_k3accept.decide.verdict", None)
     absent = record.verdict_of(RunState())
     assert absent["name"] == "undecided" and "no decision logic" in absent["reasons"][0]
     assert "C1" in absent["not_checked"]
 
 
 def test_verdict_adapter_survives_a_failing_decision(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_k3accept.verdict as verdict
+    import pytest_k3accept.decide.verdict as verdict
 
     def broken(state: object) -> None:
         raise RuntimeError("boom")

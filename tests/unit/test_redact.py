@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_k3accept.redact import REDACTED, Redactor, is_secret_name
+from pytest_k3accept.output.redact import REDACTED, Redactor, is_secret_name
 
 
 @pytest.mark.parametrize("name", [
@@ -150,7 +150,7 @@ def test_secret_arguments_never_survive_in_commands(name: str, value: str, sep: 
 def test_the_prefilter_lets_every_secret_name_word_through() -> None:
     """Text without a _MAYBE hit skips the patterns: every word that makes a name secret
     must hit it, or a secret of that name would pass unredacted."""
-    from pytest_k3accept import redact
+    from pytest_k3accept.output import redact
 
     for word in sorted(redact._WORDS) + list(redact._SUFFIXES):
         assert redact._MAYBE.search(word.lower()), word

@@ -8,10 +8,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from pytest_k3accept import charts, record, report
-from pytest_k3accept.redact import Redactor
-from pytest_k3accept.settings import Settings
-from pytest_k3accept.state import RunState
+from pytest_k3accept.output import charts, record, report
+from pytest_k3accept.output.redact import Redactor
+from pytest_k3accept.config.settings import Settings
+from pytest_k3accept.evidence.store import RunState
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 
 from fault_stub import StubServer
-from pytest_k3accept.robustness import check_endpoint
-from pytest_k3accept.robustness_probes import CHAT, COMPLETIONS, Probe, probes
+from pytest_k3accept.checks.robustness.run import check_endpoint
+from pytest_k3accept.checks.robustness.probes import CHAT, COMPLETIONS, Probe, probes
 
 
 def answer(planted: Any) -> Any:
@@ -171,7 +171,7 @@ def _messages(p: Probe) -> list[Any]:
 
 
 def _known() -> set[str]:
-    from pytest_k3accept.robustness_probes import FIELDS
+    from pytest_k3accept.checks.robustness.probes import FIELDS
 
     return {*FIELDS, "messages", "prompt", "model", "no model", "no messages", "no prompt"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_k3accept import settings
+from pytest_k3accept.config import settings
 
 
 class FakeConfig:

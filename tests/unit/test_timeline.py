@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vllm_logs
-from pytest_k3accept.server.logread import LogFollower, LogLine, LogReader, redact, split_lines
-from pytest_k3accept.server.observe import ServerWatch
-from pytest_k3accept.server.timeline import EVENTS, Timeline, line_time
+from pytest_k3accept.observe.server.logread import (LogFollower, LogLine, LogReader, redact,
+                                                    split_lines)
+from pytest_k3accept.observe.server.observe import ServerWatch
+from pytest_k3accept.observe.server.timeline import EVENTS, Timeline, line_time
 
 ALL_BUT_FIRST = [k for k, _ in EVENTS if k != "first_response"]
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.checklist import ITEMS
-from pytest_k3accept.layers import Layers
-from pytest_k3accept.state import Evidence, RunState
-from pytest_k3accept.verdict import (ACCEPT_LIMITS, FUNCTIONAL_ONLY, KEEP, MOVE_ENVIRONMENT,
-                                     NAMES, SCALE, UNDECIDED, Verdict, decide, decide_state,
-                                     verdict_lines)
+from pytest_k3accept.checks.registry import ITEMS
+from pytest_k3accept.decide.layers import Layers
+from pytest_k3accept.evidence.store import Evidence, RunState
+from pytest_k3accept.decide.verdict import (ACCEPT_LIMITS, FUNCTIONAL_ONLY, KEEP, MOVE_ENVIRONMENT,
+                                            NAMES, SCALE, UNDECIDED, Verdict, decide, decide_state,
+                                            verdict_lines)
 
 ALL_NOT_CHECKED = {cid: "not-checked" for cid in ITEMS}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_k3accept.server.launch import ServerProcess, free_port
+from pytest_k3accept.observe.server.launch import ServerProcess, free_port
 
 
 def _alive(pid: int) -> bool:
@@ -54,7 +54,7 @@ def test_a_killed_owner_takes_its_server_down(tmp_path: Path, sig: int) -> None:
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from pytest_k3accept.server.launch import ServerProcess
+        from pytest_k3accept.observe.server.launch import ServerProcess
         p = ServerProcess().start("sleep 300 & sleep 300; wait", log_path=Path({str(tmp_path / 'log')!r}))
         time.sleep(0.5)
         Path({str(info)!r}).write_text(f"{{p.pid}} {{p.watchdog.pid}}")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_k3accept.load.requestset import RequestSet, RequestSetError
-from pytest_k3accept.load.requestset import load as load_request_set
+from pytest_k3accept.observe.load.requestset import RequestSet, RequestSetError
+from pytest_k3accept.observe.load.requestset import load as load_request_set
 from pytest_k3accept.suites.support import verdict_problem
-from pytest_k3accept.wiring import settings_of, state_of, unavailable
+from pytest_k3accept.fixtures import settings_of, state_of, unavailable
 
 pytestmark = pytest.mark.k3_suite("agent")
 

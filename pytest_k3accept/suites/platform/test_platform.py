@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from pytest_k3accept.suites.support import all2all_problem, layout_problems, near_target
-from pytest_k3accept.wiring import settings_of, state_of, unavailable
-from pytest_k3accept.wiring.suites import record_response
+from pytest_k3accept.fixtures import settings_of, state_of, unavailable
+from pytest_k3accept.fixtures.suites import record_response
 
 pytestmark = pytest.mark.k3_suite("platform")
 
@@ -88,7 +88,7 @@ def test_4_interconnect_vs_all_to_all(request: pytest.FixtureRequest, k3_preset:
     if not k3_server_args.get("enable_expert_parallel"):
         pytest.skip("not checked: the server runs without expert parallelism, so no all-to-all "
                     "(see the parallel-layout test)")
-    from pytest_k3accept.wiring.host import host_facts
+    from pytest_k3accept.fixtures.host import host_facts
 
     backend = str(k3_server_args.get("all2all_backend", "allgather_reducescatter"))
     ok, words = all2all_problem(backend, host_facts(request.config).interconnects(), allowed)
@@ -105,8 +105,8 @@ async def test_5_prefill_near_target(request: pytest.FixtureRequest, k3_endpoint
                                      k3_client: Any, k3_preset: Any, k3_profile: Any) -> None:
     """5. One prefill request near the target context (the preset's ``prefill_tokens``, else
     the profile's or preset's target ``context_tokens``), not a tiny one."""
-    from pytest_k3accept.load.profile import LoadProfile
-    from pytest_k3accept.load.synthetic import generate
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.synthetic import generate
 
     given = settings_of(request.config).profile is not None
     target = k3_preset.suites.prefill_tokens or (
@@ -135,7 +135,7 @@ def test_6_connection_errors_apart_from_oom(request: pytest.FixtureRequest) -> N
     """6. Connection errors and out-of-memory are different events: the server's life is
     classified (OOM by phase, connection failures on their own) and the client's transport
     errors are kept apart from server errors (needs --k3-launch or --k3-server-log)."""
-    from pytest_k3accept.wiring.server import http_record, observe
+    from pytest_k3accept.fixtures.server import http_record, observe
 
     watch = observe(request.config)
     cls = watch.classify()

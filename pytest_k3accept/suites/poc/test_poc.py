@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from pytest_k3accept.suites.support import tool_call_problems
-from pytest_k3accept.wiring import state_of, unavailable
-from pytest_k3accept.wiring.suites import record_response
+from pytest_k3accept.fixtures import state_of, unavailable
+from pytest_k3accept.fixtures.suites import record_response
 
 pytestmark = pytest.mark.k3_suite("poc")
 
@@ -144,7 +144,7 @@ def test_failures_classified(request: pytest.FixtureRequest) -> None:
     """Whatever went wrong with the server so far is classified by phase; the POC stop
     conditions (environment, OOM before the weights were mapped, the interconnect) fail
     here with the move-environment advice (needs --k3-launch or --k3-server-log)."""
-    from pytest_k3accept.wiring.server import observe
+    from pytest_k3accept.fixtures.server import observe
 
     watch = observe(request.config)
     cls = watch.classify()

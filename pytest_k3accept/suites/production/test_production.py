@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_k3accept.suites.support import verdict_problem
-from pytest_k3accept.wiring import settings_of, state_of
+from pytest_k3accept.fixtures import settings_of, state_of
 
 pytestmark = pytest.mark.k3_suite("production")
 

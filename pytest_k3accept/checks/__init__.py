@@ -1,0 +1,1 @@
+"""The checklist C1-C12: one module per checklist group, each deciding its items from evidence."""

@@ -1,0 +1,1 @@
+"""Prefix-cache A/B (C8): the pure comparison and the run that feeds it."""

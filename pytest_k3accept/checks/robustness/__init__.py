@@ -1,0 +1,1 @@
+"""Endpoint robustness: the malformed-request probes and the check that sends them."""

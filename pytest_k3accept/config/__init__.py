@@ -1,0 +1,1 @@
+"""Options, ini values, environment variables and the table files (profiles, presets)."""

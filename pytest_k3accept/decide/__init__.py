@@ -1,0 +1,1 @@
+"""The verdict: findings read from evidence, the verdict rules, advice and layers (C12)."""

@@ -1,0 +1,1 @@
+"""What a session observed, as evidence: the session store."""

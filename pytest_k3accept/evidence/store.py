@@ -1,0 +1,64 @@
+"""What one acceptance session observed, as plain data.
+
+Fixtures and markers append :class:`Evidence` here (server timeline, failure classification,
+load summaries, host facts, cache A/B ...); the checklist, the verdict, the record and the
+report read it afterwards. Nothing here talks to a server or imports pytest, so every consumer
+is testable with constructed state.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..checks.registry import Checklist
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One observation a decision can rest on.
+
+    ``kind`` is a short tag (``"endpoint"``, ``"timeline"``, ``"classification"``,
+    ``"load"``, ``"host"``, ``"prefix-cache-ab"``, ``"headroom"`` ...), ``nodeid`` the test
+    that produced it (empty for session-level observations), ``summary`` one human line and
+    ``data`` a JSON-serializable mapping with the figures.
+    """
+
+    kind: str
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+    nodeid: str = ""
+    at: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "summary": self.summary, "data": self.data,
+                "nodeid": self.nodeid, "at": self.at}
+
+
+@dataclass
+class RunState:
+    """Everything a session observed; one instance per pytest session (``config.stash``)."""
+
+    started_at: float = field(default_factory=time.time)
+    evidence: list[Evidence] = field(default_factory=list)
+    checklist: Checklist = field(default_factory=Checklist)
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def add(self, kind: str, summary: str, data: dict[str, Any] | None = None,
+            nodeid: str = "") -> Evidence:
+        """Append and return a piece of evidence."""
+        ev = Evidence(kind=kind, summary=summary, data=dict(data or {}), nodeid=nodeid)
+        self.evidence.append(ev)
+        return ev
+
+    def of_kind(self, kind: str) -> list[Evidence]:
+        """All evidence of one kind, in the order it was observed."""
+        return [e for e in self.evidence if e.kind == kind]
+
+    def latest(self, kind: str) -> Evidence | None:
+        """The most recent evidence of a kind, if any."""
+        found = self.of_kind(kind)
+        return found[-1] if found else None

@@ -1,0 +1,1 @@
+"""Observation of the deployment: endpoint and client, /metrics, server lifecycle, host, load."""

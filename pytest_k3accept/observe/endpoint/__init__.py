@@ -1,0 +1,1 @@
+"""The endpoint: discovery, the measuring client, its transport and request faults."""

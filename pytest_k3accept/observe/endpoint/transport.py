@@ -1,0 +1,237 @@
+"""The measuring client's transport: the httpx API over one lean aiohttp session.
+
+Why not ``httpx_aiohttp.AiohttpTransport``: measured side by side on a streaming stub
+(``benchmarks/run.py``, docs/benchmarks.md) it costs ~2.7x raw aiohttp's CPU per request and
+its default pool silently caps at 100 connections, so 512 streams queue inside the client and
+show up as TTFT. This transport keeps what a load generator needs and drops the rest:
+
+* one ``aiohttp.ClientSession`` per transport, made lazily inside the running loop, with
+  ``TCPConnector(limit=0)`` (unlimited) unless a pool size is given, no cookie jar
+  (``DummyCookieJar``) and no decompression (the bytes go to httpx as they came; httpx
+  decodes ``Content-Encoding`` in ``aiter_bytes``; ``aiter_raw`` callers send
+  ``accept-encoding: identity``);
+* ``aiohttp.ClientTimeout`` and ``yarl.URL`` objects cached, bodies read with ``iter_any``;
+* aiohttp exceptions mapped once to httpx ones, the aiohttp error kept as ``__cause__``:
+  connect timeout -> ``httpx.ConnectTimeout``, refused/unreachable -> ``httpx.ConnectError``,
+  read timeout -> ``httpx.ReadTimeout``, truncated body -> ``httpx.ReadError``, dropped
+  connection -> ``httpx.RemoteProtocolError``. :func:`pytest_k3accept.observe.endpoint.faults.classify_exception`
+  reads that chain.
+
+:class:`PostStream` is the hot path's request: a pre-built ``httpx.Request`` (skipping
+``build_request``'s merging) handed straight to this transport when the client has no auth,
+event hooks or proxy mounts (else ``client.send(stream=True)``), closed on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+
+import httpx
+
+if TYPE_CHECKING:  # pragma: no cover
+    import aiohttp
+    from yarl import URL
+
+#: headers the hot path sets itself (the client's own values for them are dropped)
+_OWN = frozenset({"content-type", "content-length", "accept-encoding"})
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def map_exception(exc: BaseException) -> httpx.TransportError | None:
+    """The httpx exception for an aiohttp/asyncio one raised while sending or reading
+    (None: not a transport error, re-raise as is)."""
+    import aiohttp
+
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(text)
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # incl. SocketTimeoutError (sock_read)
+        return httpx.ReadTimeout(text)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(text)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return httpx.ReadError(text)
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        return httpx.RemoteProtocolError(text)
+    if isinstance(exc, aiohttp.ClientResponseError):  # unparsable status line/headers
+        return httpx.RemoteProtocolError(text)
+    if isinstance(exc, aiohttp.ClientError):
+        return httpx.TransportError(text)
+    if isinstance(exc, asyncio.TimeoutError):
+        return httpx.ReadTimeout(text)
+    return None
+
+
+class _Body(httpx.AsyncByteStream):
+    """An aiohttp response body as an httpx byte stream (raw bytes, mapped errors)."""
+
+    __slots__ = ("_resp",)
+
+    def __init__(self, resp: "aiohttp.ClientResponse") -> None:
+        self._resp = resp
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        it = self._resp.content.iter_any().__aiter__()
+        while True:
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                mapped = map_exception(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+            yield chunk
+
+    async def aclose(self) -> None:
+        # back to the pool when fully read, else the connection is closed (aiohttp decides)
+        self._resp.release()
+
+
+def raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive, undecoded: straight from this transport's stream
+    when the response came from it (one generator layer less per chunk), else
+    ``resp.aiter_raw()``."""
+    stream = resp.stream
+    if isinstance(stream, _Body):
+        return stream.__aiter__()
+    return resp.aiter_raw()
+
+
+class LeanAiohttpTransport(httpx.AsyncBaseTransport):
+    """httpx transport over one aiohttp session; ``limit`` = pool size (0: unlimited)."""
+
+    def __init__(self, *, limit: int = 0, keepalive_expiry: float = 60.0) -> None:
+        self._limit = max(0, int(limit))
+        self._keepalive = keepalive_expiry
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, URL] = {}
+
+    def _make_session(self) -> "aiohttp.ClientSession":
+        import aiohttp
+
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
+                                           keepalive_timeout=self._keepalive),
+            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None))
+
+    def _timeout(self, spec: Mapping[str, Any] | None) -> "aiohttp.ClientTimeout":
+        key = (spec.get("connect"), spec.get("read"), spec.get("pool")) if spec else (
+            None, None, None)
+        cached = self._timeouts.get(key)
+        if cached is None:
+            import aiohttp
+
+            connect = None if key[0] is None or key[2] is None else key[0] + key[2]
+            cached = self._timeouts[key] = aiohttp.ClientTimeout(
+                total=None, sock_connect=key[0], sock_read=key[1], connect=connect)
+        return cached
+
+    def _url(self, url: httpx.URL) -> "URL":
+        text = str(url)
+        found = self._urls.get(text)
+        if found is None:
+            from yarl import URL
+
+            found = URL(text, encoded=True)
+            if len(self._urls) < 1024:
+                self._urls[text] = found
+        return found
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` on the aiohttp session; the body streams as it arrives."""
+        session = self._session
+        if session is None or session.closed:
+            session = self._session = self._make_session()
+        headers = request.headers.multi_items()
+        data: Any
+        try:
+            data = request.content or None
+        except httpx.RequestNotRead:  # streaming upload: aiohttp does the chunking
+            data = request.stream
+            headers = [kv for kv in headers if kv[0] != "transfer-encoding"]
+        try:
+            resp = await session.request(
+                request.method, self._url(request.url), data=data, headers=headers,
+                allow_redirects=False, auto_decompress=False, compress=None,
+                timeout=self._timeout(request.extensions.get("timeout")),
+                server_hostname=request.extensions.get("sni_hostname"))
+        except Exception as exc:
+            mapped = map_exception(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        ext: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if resp.reason:
+            ext["reason_phrase"] = resp.reason.encode()
+        return httpx.Response(resp.status, headers=resp.raw_headers, stream=_Body(resp),
+                              extensions=ext)
+
+    async def aclose(self) -> None:
+        """Close the aiohttp session (and its connections)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+_MERGED: dict[tuple[int, str], tuple[httpx.URL, httpx.URL | str]] = {}
+
+
+def _merge(base: httpx.URL, path: str) -> httpx.URL | str:
+    """``path`` under ``base`` the way ``httpx.AsyncClient`` merges it (base path kept);
+    cached per base URL object (``URL.copy_with`` costs ~7 % of a streamed request)."""
+    key = (id(base), path)
+    hit = _MERGED.get(key)
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    if not base.raw_path or "://" in path:
+        merged: httpx.URL | str = path
+    else:
+        merged = base.copy_with(
+            raw_path=base.raw_path.rstrip(b"/") + b"/" + path.lstrip("/").encode())
+    if len(_MERGED) > 256:
+        _MERGED.clear()
+    _MERGED[key] = (base, merged)
+    return merged
+
+
+class PostStream:
+    """``async with PostStream(client, path, body) as resp``: POST ``body`` as JSON with
+    ``accept-encoding: identity`` (so ``aiter_raw`` yields the body as sent), response
+    streamed, closed on exit. Same headers, auth, base URL and timeouts as
+    ``client.stream("POST", path, json=body)``, minus the per-request merging cost."""
+
+    __slots__ = ("_client", "_request", "_resp")
+
+    def __init__(self, client: httpx.AsyncClient, path: str, body: Any) -> None:
+        headers = [kv for kv in client.headers.multi_items() if kv[0] not in _OWN]
+        headers += [("content-type", "application/json"), ("accept-encoding", "identity")]
+        self._client = client
+        self._request = httpx.Request(
+            "POST", _merge(client.base_url, path),
+            content=_dumps(body).encode(), headers=headers,
+            extensions={"timeout": client.timeout.as_dict()})
+        self._resp: httpx.Response | None = None
+
+    async def __aenter__(self) -> httpx.Response:
+        client = self._client
+        transport = getattr(client, "_transport", None)
+        if (isinstance(transport, LeanAiohttpTransport) and not getattr(client, "_mounts", 1)
+                and client.auth is None and not any(client.event_hooks.values())):
+            # Straight to the transport: no auth, hooks, proxies or redirects to apply, and
+            # an LLM API sets no cookies; skips ~25 % of a streamed request's client CPU.
+            resp = await transport.handle_async_request(self._request)
+            resp.request = self._request
+        else:
+            resp = await client.send(self._request, stream=True)
+        self._resp = resp
+        return resp
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._resp is not None:
+            await self._resp.aclose()

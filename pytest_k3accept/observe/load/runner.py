@@ -1,0 +1,309 @@
+"""The bounded load runner: a request set under a profile -> :class:`LoadResult`.
+
+Closed loop (``concurrency`` workers, each sending its next unit as soon as the last one
+finished) or open loop (Poisson arrivals at ``rate``, seeded, optionally capped at
+``concurrency`` in flight). A unit is one request or one conversation (its turns in order).
+Every run is bounded by ``requests`` and by ``max_seconds``: at the time bound the runner
+stops sending and cancels what is in flight; cancelled requests count as ``timeout`` errors.
+
+While it runs, a background task samples the server's KV-cache usage, running and waiting
+gauges from ``/metrics`` (a cheap line scan every ``sample_interval`` s) and reports
+progress; counter deltas (tokens, preemptions, prefix-cache hits, queue time) come from
+full scrapes before and after. The hot path does no logging, takes no lock and writes
+into preallocated lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+
+from . import stats
+from .profile import LoadProfile
+from .requestset import ChatRequest, RequestSet
+from .requestset import from_requests as _from_requests
+from .requestset import load as _load_set
+from .result import LoadResult, Progress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..endpoint.client import RequestResult
+    from ..endpoint.discover import Endpoint
+    from ..metrics import MetricsScraper
+
+PATH = "/v1/chat/completions"
+
+#: the cyclic GC's thresholds while a run is in progress (see :func:`fewer_collections`)
+RUN_GC_THRESHOLD = (20_000, 20, 20)
+_gc_depth = 0
+_gc_saved: tuple[int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run with the cyclic garbage collector collecting far less often, restored after.
+
+    A run keeps every request's record (and its ITL list) alive, so each full collection
+    scans more objects as the run goes on; at 512 streams that cost ~15 % of the runner's
+    CPU per request and put collection pauses inside the latencies being measured. The
+    thresholds go to :data:`RUN_GC_THRESHOLD` (never lower than they were; left alone when
+    the GC is disabled) while at least one run is in progress, and back when the last one
+    ends, so overlapping runs (an A/B, a failover pair) restore them correctly.
+    """
+    global _gc_depth, _gc_saved
+    if _gc_depth == 0:
+        _gc_saved = gc.get_threshold()
+        if _gc_saved[0] > 0:
+            gc.set_threshold(*(max(a, b) for a, b in zip(_gc_saved, RUN_GC_THRESHOLD)))
+    _gc_depth += 1
+    try:
+        yield
+    finally:
+        _gc_depth -= 1
+        if _gc_depth == 0 and _gc_saved is not None:
+            gc.set_threshold(*_gc_saved)
+            _gc_saved = None
+
+
+class LoadClient(Protocol):
+    """What the runner needs of a client (``K3Client`` has it)."""
+
+    base_url: str
+    model: str
+
+    async def request(self, path: str, body: dict[str, Any], *, stream: bool = False,
+                      ) -> "RequestResult":
+        """Send one request and measure it; never raises for HTTP errors."""
+
+
+_timeout = getattr(asyncio, "timeout", None)
+
+
+def _as_set(requests: Any) -> RequestSet | None:
+    if requests is None or isinstance(requests, RequestSet):
+        return requests
+    if isinstance(requests, (str, Path)):
+        return _load_set(requests)
+    return _from_requests(list(requests))
+
+
+def _body(req: ChatRequest, model: str, profile: LoadProfile) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": req.messages,
+                            "max_tokens": req.max_tokens or profile.output_tokens}
+    if req.tools:
+        body["tools"] = req.tools
+    body.update(req.params)
+    if profile.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def _plan(units: Sequence[Sequence[int]], start: int, count: int) -> tuple[list[list[int]], int]:
+    """Cycle ``units`` (lists of body indices) from unit ``start`` until ``count`` requests."""
+    out: list[list[int]] = []
+    left, i = count, start
+    while left > 0 and units:
+        unit = list(units[i % len(units)][:left])
+        out.append(unit)
+        left -= len(unit)
+        i += 1
+    return out, i
+
+
+class _Run:
+    """State of one measured phase (warm-up or run); counters are plain ints."""
+
+    def __init__(self, client: LoadClient, bodies: list[dict[str, Any]],
+                 plan: list[list[int]], profile: LoadProfile) -> None:
+        self.client, self.bodies, self.plan, self.profile = client, bodies, plan, profile
+        self.total = sum(len(u) for u in plan)
+        self.records: list[Any] = [None] * self.total
+        self.starts = [0.0] * self.total
+        self.ends = [0.0] * self.total
+        slots, k = [], 0
+        for unit in plan:
+            slots.append(list(range(k, k + len(unit))))
+            k += len(unit)
+        self.slots = slots
+        self.done = self.errors = self.in_flight = 0
+        self.stopping = False
+        self.tasks: list[asyncio.Task[None]] = []
+        from ..endpoint.client import RequestResult
+
+        self.result_type = RequestResult
+
+    async def one(self, slot: int, body_index: int) -> None:
+        RequestResult = self.result_type
+        perf = time.perf_counter
+        self.in_flight += 1
+        self.starts[slot] = perf()
+        try:
+            if self.profile.timeout is not None and _timeout is not None:
+                async with _timeout(self.profile.timeout):
+                    res = await self.client.request(PATH, self.bodies[body_index],
+                                                    stream=self.profile.stream)
+            else:
+                res = await self.client.request(PATH, self.bodies[body_index],
+                                                stream=self.profile.stream)
+        except (TimeoutError, asyncio.TimeoutError):
+            res = RequestResult(ok=False, error_kind="timeout", stream=self.profile.stream,
+                                error=f"no complete answer within timeout = "
+                                      f"{self.profile.timeout} s", started_at=time.time())
+        except Exception as exc:  # noqa: BLE001 - a worker must never die
+            kind = "connection" if isinstance(exc, OSError) else "protocol"
+            res = RequestResult(ok=False, error_kind=kind, error=f"{type(exc).__name__}: {exc}",
+                                stream=self.profile.stream, started_at=time.time())
+        self.ends[slot] = perf()
+        self.records[slot] = res
+        self.in_flight -= 1
+        self.done += 1
+        if not res.ok:
+            self.errors += 1
+
+    async def unit(self, u: int) -> None:
+        for slot, body_index in zip(self.slots[u], self.plan[u]):
+            if self.stopping:
+                return
+            await self.one(slot, body_index)
+
+    async def closed(self, workers: int) -> None:
+        nxt = 0
+
+        async def worker() -> None:
+            nonlocal nxt
+            while nxt < len(self.plan) and not self.stopping:
+                u = nxt
+                nxt += 1
+                await self.unit(u)
+        self.tasks = [asyncio.create_task(worker()) for _ in range(min(workers, len(self.plan)))]
+        await asyncio.gather(*self.tasks)
+
+    async def open(self, rate: float, cap: int | None, seed: int) -> None:
+        rng = random.Random(seed)
+        sem = asyncio.Semaphore(cap) if cap else None
+        at = time.perf_counter()
+
+        async def capped(u: int) -> None:
+            try:
+                await self.unit(u)
+            finally:
+                if sem is not None:
+                    sem.release()
+        for u in range(len(self.plan)):
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if sem is not None:
+                await sem.acquire()
+            if self.stopping:
+                break
+            self.tasks.append(asyncio.create_task(capped(u)))
+            at += rng.expovariate(rate)
+        await asyncio.gather(*self.tasks)
+
+    async def drive(self, max_seconds: float) -> str:
+        """Run the plan; at ``max_seconds`` cancel what is left. Returns what stopped it."""
+        p = self.profile
+        main = asyncio.ensure_future(
+            self.open(p.rate, p.concurrency, p.seed) if p.rate is not None
+            else self.closed(p.concurrency or 1))
+        done, _ = await asyncio.wait({main}, timeout=max_seconds)
+        if main in done:
+            main.result()
+            return "count"
+        self.stopping = True
+        for t in [main, *self.tasks]:
+            t.cancel()
+        await asyncio.gather(main, *self.tasks, return_exceptions=True)
+        return "time"
+
+    def finish(self, t_end: float) -> tuple[list["RequestResult"], list[tuple[float, float]], int]:
+        """Records of started requests (cut ones as timeouts), their intervals, not sent."""
+        from ..endpoint.client import RequestResult
+
+        recs, spans, not_sent = [], [], 0
+        for i in range(self.total):
+            r = self.records[i]
+            if r is None:
+                if self.starts[i] == 0.0:
+                    not_sent += 1
+                    continue
+                r = RequestResult(ok=False, error_kind="timeout", stream=self.profile.stream,
+                                  error="cancelled at the run's time bound (max_seconds = "
+                                        f"{self.profile.max_seconds:g} s)")
+                self.ends[i] = t_end
+            recs.append(r)
+            spans.append((self.starts[i], self.ends[i]))
+        return recs, spans, not_sent
+
+
+async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: LoadProfile, *,
+                   metrics: "MetricsScraper | bool | None" = True,
+                   progress: Callable[[Progress], Any] | None = None,
+                   progress_interval: float = 1.0, sample_interval: float = 0.25,
+                   telemetry: Any = None) -> LoadResult:
+    """Run ``requests`` (a :class:`RequestSet`, a list of requests/mappings, a file path, or
+    None: the profile's ``request_set`` file, else a synthetic set built from ``profile``)
+    against ``target`` under ``profile``.
+
+    ``metrics``: True scrapes ``{base_url}/metrics`` of the target, a ``MetricsScraper``
+    scrapes that one, False/None none. ``progress`` is called with a :class:`Progress`
+    every ``progress_interval`` s. ``telemetry``: an optional, already running GPU sampler
+    (``k3_gpu`` / ``GpuTelemetry``, or a callable returning a dict); its figures for the
+    run go to ``LoadResult.gpu`` (see :func:`.monitor.gpu_figures`).
+    """
+    from .monitor import Monitor, gpu_figures
+
+    own = not hasattr(target, "request")  # an Endpoint: make (and later close) a client
+    limit = profile.timeout or profile.max_seconds
+    client: LoadClient = target.client(timeout=limit) if own else target  # type: ignore
+    mon = Monitor(client, metrics, sample_interval)
+    try:
+        rs = _as_set(requests if requests is not None else profile.request_set)
+        if rs is None:
+            from .synthetic import generate
+
+            rs = await generate(client, profile)
+        bodies = [_body(r, client.model, profile) for r in rs.requests]
+        index = {id(r): i for i, r in enumerate(rs.requests)}
+        units = [[index[id(r)] for r in unit] for unit in rs.units()]
+        warm_plan, nxt = _plan(units, 0, profile.warmup)
+        plan, _ = _plan(units, nxt, profile.requests)
+        await mon.open()
+        if warm_plan:
+            warm = _Run(client, bodies, warm_plan, profile)
+            await warm.drive(profile.max_seconds)
+            await mon.settle(sum(1 for r in warm.records if r is not None and r.ok))
+        run = _Run(client, bodies, plan, profile)
+        await mon.baseline()
+        started_at, t0 = time.time(), time.perf_counter()
+        watcher = asyncio.create_task(mon.watch(run, t0, progress, progress_interval))
+        try:
+            with fewer_collections():
+                stopped_by = await run.drive(profile.max_seconds)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        t_end = time.perf_counter()
+        elapsed = t_end - t0
+        if progress is not None and mon.reported:  # a closing line after progress lines
+            mon.report(run, t0, progress)
+        recs, spans, not_sent = run.finish(t_end)
+        summary = stats.summarize(recs, elapsed)
+        server = await mon.final(summary["ok"])
+        gpu = gpu_figures(telemetry, started_at, time.time())
+    finally:
+        await mon.close()
+        if own:
+            await client.aclose()  # type: ignore[attr-defined]  # a K3Client we made
+    return LoadResult(profile=profile, records=recs, elapsed=elapsed, started_at=started_at,
+                      stopped_by=stopped_by, not_sent=not_sent, summary=summary,
+                      achieved_concurrency=stats.concurrency(spans, elapsed),
+                      endpoint=client.base_url,
+                      mode="open" if profile.open_loop else "closed",
+                      request_set=rs.describe(), server=server, server_error=mon.error,
+                      gpu=gpu)

@@ -1,0 +1,1 @@
+"""What the plugin writes: record, reproduction fields, redaction, HTML report, charts."""
