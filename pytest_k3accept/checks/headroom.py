@@ -25,7 +25,10 @@ decided (``ok is None``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..evidence.kinds import HeadroomJudgement
 
 
 class RunLike(Protocol):
@@ -69,6 +72,19 @@ class Verdict:
                    f"queue {_num(self.sustained_waiting)} (peak waiting {_num(self.peak_waiting)})")
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
         return f"{head}{where}{scale}: {figures}{why}"
+
+    def judgement(self, run_id: str, failover: bool = False) -> "HeadroomJudgement":
+        """This decision as typed evidence naming the run it judged."""
+        from ..evidence.kinds import HeadroomJudgement
+
+        lim = self.limits
+        return HeadroomJudgement(
+            run_id=run_id, ok=self.ok, reasons=tuple(self.reasons),
+            min_free=float(lim.get("min_free", 0.10)),
+            max_error_rate=float(lim.get("max_error_rate", 0.0)),
+            max_preemptions=float(lim.get("max_preemptions", 0)),
+            max_waiting=None if lim.get("max_waiting") is None else float(lim["max_waiting"]),
+            free_kv=self.free_kv, failover=failover, replicas=self.replicas)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-serializable view (evidence kind "headroom")."""
@@ -148,8 +164,11 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
     common: dict[str, Any] = {"error_rate": error_rate, "endpoint": run.endpoint, "load_factor": load_factor,
               "replicas": replicas, "limits": limits, "free_gpu": free_gpu}
     srv = run.server
-    if srv is None or srv.get("peak_kv_usage") is None:
-        why = run.server_error or "no KV-cache usage sample was taken"
+    unsampled = (srv is not None and srv.get("gauge_samples") == 0
+                 and srv.get("peak_kv_from", "samples") == "samples")
+    if srv is None or srv.get("peak_kv_usage") is None or unsampled:
+        why = run.server_error or ("no KV-cache usage sample was taken during the run (the "
+                                   "idle server after it says nothing about the peak)")
         return Verdict(False if reasons else None,
                        (*reasons, f"KV-cache usage not measured: {why}"),
                        notes=tuple(notes), **common)
@@ -164,6 +183,9 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         reasons.append(f"free KV cache at peak {free_kv:.1%} < required {min_free:.1%} ({how})")
     if preempt > max_preemptions:
         reasons.append(f"{preempt:g} preemptions > allowed {max_preemptions:g}")
+    if max_waiting is not None and waiting is None:
+        notes.append("queue not judged: no 1 s window of gauge samples and vLLM's queue-time "
+                     "histogram showed no request waiting over 1 s")
     if max_waiting is not None and waiting is not None and waiting > max_waiting:
         reasons.append(f"{waiting:g} requests queued for at least 1 s > allowed "
                        f"{max_waiting:g} (peak waiting {_num(srv.get('peak_waiting'))}, mean "

@@ -3,8 +3,8 @@
 Each test contributes to checklist items through its markers: ``k3_check("C6")`` names items
 explicitly, and the plugin's other markers imply theirs (``k3_driver`` -> C4, ...; see
 :data:`MARKER_ITEMS`). After the session, an item is ``pass`` when every test that decided it
-passed, ``fail`` when any of them failed, ``skip`` when all were skipped, and ``not-checked``
-when no test touched it. No pytest import: the collector is fed plain outcomes.
+passed, ``fail`` when any of them failed, ``skip`` when any was skipped and none failed (one
+pass beside one skip is not a pass), and ``not-checked`` when no test touched it. No pytest import: the collector is fed plain outcomes.
 """
 
 from __future__ import annotations
@@ -107,14 +107,17 @@ class Checklist:
             self.outcomes.append((normalize(item), nodeid, outcome, message))
 
     def results(self) -> dict[str, ItemResult]:
-        """Decide every item: fail beats pass beats skip beats not-checked."""
+        """Decide every item: ``fail`` when any deciding test failed, ``pass`` only when every
+        deciding test passed, ``skip`` when some (or all) were skipped and none failed, and
+        ``not-checked`` when no test touched it."""
         table = {cid: ItemResult(cid, slug, text) for cid, (slug, text) in all_items().items()}
-        rank = {NOT_CHECKED: 0, SKIP: 1, PASS: 2, FAIL: 3}
+        seen: dict[str, set[str]] = {}
         for cid, nodeid, outcome, message in self.outcomes:
-            res = table[cid]
-            res.tests.append({"nodeid": nodeid, "outcome": outcome, "message": message})
-            if rank[outcome] > rank[res.status]:
-                res.status = outcome
+            table[cid].tests.append({"nodeid": nodeid, "outcome": outcome, "message": message})
+            seen.setdefault(cid, set()).add(outcome)
+        for cid, outcomes in seen.items():
+            table[cid].status = (FAIL if FAIL in outcomes else SKIP if SKIP in outcomes
+                                 else PASS if PASS in outcomes else NOT_CHECKED)
         return table
 
     def statuses(self) -> Mapping[str, str]:

@@ -14,19 +14,22 @@ response), ``load``, ``headroom``, ``procedure`` (``{"steps": [...]}``), ``prefi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from ..evidence.kinds import TYPES, HeadroomJudgement, LoadRun, SloJudgement
 from ..evidence.store import Evidence
 
 #: checklist item of an environment check -> the layer its fix needs
 ITEM_LAYER: dict[str, str] = {"C3": "container", "C4": "driver", "C5": "network"}
-#: classification categories that mean "fix the environment first"
-ENVIRONMENT_CATEGORIES = ("environment", "loading", "connection")
+#: classification categories that mean "fix the environment first" (``host-oom``: host RAM
+#: or the container's memory limit, the kernel's OOM killer or Ray's memory monitor)
+ENVIRONMENT_CATEGORIES = ("environment", "loading", "connection", "host-oom")
 #: classification categories that are a capacity shortage
 CAPACITY_CATEGORIES = ("kv-capacity-at-init", "serving-oom")
-#: classification categories that block any capacity verdict
-BLOCKING_CATEGORIES = ("serving", "config")
+#: classification categories that block any capacity verdict: an engine failure other than
+#: memory, a rejected launch, a kill from outside with no OOM evidence, an unrecognised failure
+BLOCKING_CATEGORIES = ("serving", "config", "killed", "unknown")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,12 @@ class Problem:
 
 @dataclass(frozen=True)
 class Run:
-    """One measured load: where it ran and how it held."""
+    """One measured load, with the limits its test set and the judgements of it.
+
+    ``stable``: within the test's own limits (error rate, preemptions) and its SLOs, with at
+    least one success. ``has_headroom``: True/False when known, None when the peak KV usage
+    was not measured ("unknown", never "headroom OK").
+    """
 
     ref: Ref
     concurrency: int | None
@@ -69,6 +77,20 @@ class Run:
     target: bool | None = None
     min_free: float = 0.10
     error_kinds: tuple[tuple[str, int], ...] = ()
+    run_id: str = ""
+    requests: int | None = None
+    max_error_rate: float = 0.0
+    max_preemptions: float = 0.0
+    target_source: str | None = None
+    slo_ok: bool | None = None
+    slo_breaches: tuple[str, ...] = ()
+    headroom_reasons: tuple[str, ...] = ()
+
+    @property
+    def error_rate(self) -> float:
+        """Failed requests / requests sent."""
+        sent = self.requests if self.requests else self.ok + self.errors
+        return self.errors / sent if sent else 0.0
 
     @property
     def failures(self) -> dict[str, int]:
@@ -77,17 +99,23 @@ class Run:
         return {k: n for k, n in self.error_kinds if n and k != "timeout"}
 
     @property
+    def within_limits(self) -> bool:
+        """Errors and preemptions within the limits the test set (default: none allowed)."""
+        return (self.error_rate <= self.max_error_rate + 1e-12
+                and self.preemptions <= self.max_preemptions)
+
+    @property
     def stable(self) -> bool:
-        """Every request succeeded and nothing was preempted (with at least one success)."""
-        return self.ok > 0 and self.errors == 0 and self.preemptions == 0
+        """At least one success, within the test's own limits, and no SLO breached."""
+        return self.ok > 0 and self.within_limits and self.slo_ok is not False
 
     @property
     def has_headroom(self) -> bool | None:
         """True/False when known: explicit judgement, else peak KV below ``1 - min_free``."""
-        if self.headroom is not None:
-            return self.headroom and self.stable
         if not self.stable:
             return False
+        if self.headroom is not None:
+            return self.headroom
         if self.peak_kv is None:
             return None
         return self.peak_kv <= 1.0 - self.min_free
@@ -95,14 +123,18 @@ class Run:
     def label(self) -> str:
         """``concurrency 16, context 6000 tokens``; an unknown part is named as unknown."""
         conc = "unknown" if self.concurrency is None else str(self.concurrency)
-        ctx = "unknown" if self.context_tokens is None else f"{self.context_tokens} tokens"
+        ctx = ("unknown" if self.context_tokens is None
+               else f"{self.context_tokens} tokens")
         return f"concurrency {conc}, context {ctx}"
 
     def figures(self) -> str:
         """The numbers a reason quotes."""
         kv = "unknown" if self.peak_kv is None else f"{self.peak_kv:.0%}"
-        return (f"{self.ok} ok, {self.errors} errors, {self.preemptions:g} preemptions, "
-                f"peak KV {kv}")
+        out = (f"{self.ok} ok, {self.errors} errors ({self.error_rate:.2%}, allowed "
+               f"{self.max_error_rate:.2%}), {self.preemptions:g} preemptions, peak KV {kv}")
+        if self.slo_breaches:
+            out += "; SLO breached: " + "; ".join(self.slo_breaches)
+        return out
 
 
 @dataclass
@@ -118,6 +150,9 @@ class Findings:
     audience: str | None = None
     cache_ab: list[tuple[Ref, bool]] = field(default_factory=list)
     unknown_env: list[Ref] = field(default_factory=list)
+    #: failed SLO / headroom judgements no load run could be paired with (they still count
+    #: against keep; an unpaired passing judgement is never a pass)
+    failed_unpaired: list[Ref] = field(default_factory=list)
 
 
 def find(data: Any, *paths: str, default: Any = None) -> Any:
@@ -146,9 +181,10 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def run_from(data: Mapping[str, Any], ref: Ref, target: bool | None = None) -> Run:
-    """A :class:`Run` from a load/headroom/procedure-step data mapping."""
-    peak = find(data, "peak_kv", "server.peak_kv_usage", "server.peak_kv", "peak_kv_usage",
-                "kv.peak", "metrics.peak_kv_usage")
+    """A :class:`Run` from a plain load / procedure-step mapping (an older record, a team's
+    evidence); typed :class:`~pytest_k3accept.evidence.kinds.LoadRun` evidence is read by
+    :func:`run_of` instead."""
+    peak = find(data, "peak_kv", "server.peak_kv_usage", "peak_kv_usage")
     judged = find(data, "headroom_ok", "passed", *(("ok",) if ref.kind == "headroom" else ()))
     count = find(data, "summary.ok", "requests_ok", "ok")
     return Run(
@@ -157,8 +193,7 @@ def run_from(data: Mapping[str, Any], ref: Ref, target: bool | None = None) -> R
         context_tokens=_int_or_none(find(data, "context_tokens", "profile.context_tokens")),
         ok=int(_num(count)),
         errors=int(_num(find(data, "summary.errors", "errors"))),
-        preemptions=_num(find(data, "preemptions", "server.preemptions",
-                              "metrics.preemptions")),
+        preemptions=_num(find(data, "preemptions", "server.preemptions")),
         peak_kv=None if peak is None else _num(peak),
         headroom=judged if isinstance(judged, bool) else None,
         failover=bool(find(data, "failover", "replicas", default=False))
@@ -168,7 +203,42 @@ def run_from(data: Mapping[str, Any], ref: Ref, target: bool | None = None) -> R
                       0.10),
         error_kinds=tuple((str(k), int(_num(n))) for k, n in (
             find(data, "summary.errors_by_kind", "errors_by_kind", default={}) or {}).items()),
+        requests=_int_or_none(find(data, "summary.requests", "requests")),
+        max_error_rate=_num(find(data, "max_error_rate", "limits.max_error_rate",
+                                 "profile.headroom.max_error_rate"), 0.0),
+        max_preemptions=_num(find(data, "max_preemptions", "limits.max_preemptions",
+                                  "profile.headroom.max_preemptions"), 0.0),
     )
+
+
+def run_of(run: LoadRun, ref: Ref) -> Run:
+    """A :class:`Run` from typed load evidence (limits and judgements joined later)."""
+    return Run(ref=ref, concurrency=run.concurrency, context_tokens=run.context_tokens,
+               ok=run.ok, errors=run.errors, preemptions=run.preemptions or 0.0,
+               peak_kv=run.peak_kv, failover=run.failover or run.load_factor > 1.0,
+               target=run.target, error_kinds=tuple(sorted(run.errors_by_kind.items())),
+               run_id=run.run_id, requests=run.requests, target_source=run.target_source)
+
+
+def _judged(run: Run, h: HeadroomJudgement) -> Run:
+    return replace(run, headroom=h.ok, min_free=h.min_free, max_error_rate=h.max_error_rate,
+                   max_preemptions=h.max_preemptions, failover=run.failover or h.failover,
+                   target=True if run.target is None else run.target,
+                   headroom_reasons=h.reasons)
+
+
+def _slo_judged(run: Run, j: SloJudgement) -> Run:
+    lines = tuple(_breach_line(b) for b in j.breaches)
+    ok = j.ok if run.slo_ok is not False else False
+    return replace(run, slo_ok=ok, slo_breaches=run.slo_breaches + lines)
+
+
+def _breach_line(b: Mapping[str, Any]) -> str:
+    op = ">=" if b.get("direction") == "min" else "<="
+    got = b.get("measured")
+    got_text = "not measured" if got is None else f"{got:.4g}" if isinstance(got, float) else got
+    unit = f" {b['unit']}" if b.get("unit") else ""
+    return f"{b.get('name', 'limit')} = {got_text}{unit}, required {op} {b.get('required')}{unit}"
 
 
 def _event_keys(data: Mapping[str, Any]) -> set[str]:
@@ -193,13 +263,36 @@ def _first_response(data: Mapping[str, Any]) -> bool:
     return "first_response" in _event_keys(data)
 
 
+def _typed(ev: Evidence) -> Any:
+    """The typed form of a piece of evidence: the producer's object, or the plain data read
+    back into its kind's type (a record replayed, a team's evidence)."""
+    if ev.typed is not None:
+        return ev.typed
+    cls = TYPES.get(ev.kind)
+    if cls is None or "run_id" not in ev.data:
+        return None
+    try:
+        return cls.from_data(ev.data)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return None
+
+
 def read(evidence: Sequence[Evidence]) -> Findings:
-    """Sort every piece of evidence into :class:`Findings`."""
+    """Sort every piece of evidence into :class:`Findings`.
+
+    Load runs, headroom and SLO judgements are joined by run id: each judgement names the
+    run it judged. Evidence without a run id (an older record) is joined with the test's
+    latest run, as before.
+    """
     out = Findings()
-    last_load: dict[str, Mapping[str, Any]] = {}
+    by_id: dict[str, int] = {}
+    last_of_test: dict[str, int] = {}
+    judgements: list[tuple[Any, Ref]] = []
+
     for ev in evidence:
         ref = Ref(ev.kind, ev.nodeid, ev.summary)
         data = ev.data
+        typed = _typed(ev)
         if ev.kind == "environment":
             ok = data.get("ok")
             item = str(data.get("item", ""))
@@ -216,16 +309,22 @@ def read(evidence: Sequence[Evidence]) -> Findings:
             if _first_response(data):
                 out.responses.append(ref)
         elif ev.kind == "load":
-            last_load[ev.nodeid] = data
-            out.runs.append(run_from(data, ref))
-        elif ev.kind == "headroom":
-            # the k3_headroom marker judges the test's last load run: the target load
-            joined = {"profile": find(last_load.get(ev.nodeid, {}), "profile", default={}),
-                      "summary": find(last_load.get(ev.nodeid, {}), "summary", default={}),
-                      **data}
-            if not isinstance(joined["profile"], Mapping):
-                joined["profile"] = find(last_load.get(ev.nodeid, {}), "profile", default={})
-            out.runs.append(run_from(joined, ref, target=True))
+            run = run_of(typed, ref) if isinstance(typed, LoadRun) else run_from(data, ref)
+            last_of_test[ev.nodeid] = by_id[run.run_id or f"#{len(out.runs)}"] = len(out.runs)
+            out.runs.append(run)
+        elif isinstance(typed, (HeadroomJudgement, SloJudgement)) and typed.run_id:
+            judgements.append((typed, ref))  # joined by run id once every run is known
+        elif ev.kind == "headroom":  # an older record: plain data on the test's last run
+            i = last_of_test.get(ev.nodeid)
+            old = run_from(data, ref, target=True)
+            if i is None:
+                out.runs.append(old)
+            else:
+                out.runs[i] = replace(out.runs[i], headroom=old.headroom, target=True,
+                                      min_free=old.min_free,
+                                      failover=out.runs[i].failover or old.failover)
+        elif ev.kind == "slo":
+            _join_slo(out, SloJudgement.from_data(data), last_of_test.get(ev.nodeid), ref)
         elif ev.kind == "procedure":
             for step in data.get("steps") or []:
                 if (isinstance(step, Mapping) and step.get("status") == "ran"
@@ -240,7 +339,24 @@ def read(evidence: Sequence[Evidence]) -> Findings:
             out.responses.append(ref)
         elif ev.kind == "audience" and data.get("audience"):
             out.audience = str(data["audience"]).lower()
+    for judged, ref in judgements:
+        i = by_id.get(judged.run_id)
+        if isinstance(judged, HeadroomJudgement):
+            if i is None:
+                if judged.ok is False:
+                    out.failed_unpaired.append(ref)
+            else:
+                out.runs[i] = _judged(out.runs[i], judged)
+        else:
+            _join_slo(out, judged, i, ref)
     return out
+
+
+def _join_slo(out: Findings, judged: SloJudgement, i: int | None, ref: Ref) -> None:
+    if i is not None:
+        out.runs[i] = _slo_judged(out.runs[i], judged)
+    elif not judged.ok:
+        out.failed_unpaired.append(ref)
 
 
 def _classification(out: Findings, ref: Ref, data: Mapping[str, Any]) -> None:
@@ -253,7 +369,8 @@ def _classification(out: Findings, ref: Ref, data: Mapping[str, Any]) -> None:
     if category in ENVIRONMENT_CATEGORIES:
         layer = data.get("layer")
         if layer is None:
-            layer = {"connection": "network", "loading": None}.get(category, "container")
+            layer = {"connection": "network", "loading": None,
+                     "host-oom": "container"}.get(category, "container")
             if category == "environment" and any("driver" in x.lower() for x in lines):
                 layer = "driver"
         out.environment.append(Problem(ref, category, layer, lines))

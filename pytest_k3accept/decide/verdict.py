@@ -28,6 +28,7 @@ from . import advice
 from . import findings as fnd
 from ..checks.registry import FAIL, ITEMS, NOT_CHECKED, SKIP, all_items
 from .layers import Layers
+from ..evidence.kinds import DEFAULT_TARGET
 from ..evidence.store import Evidence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,6 +50,20 @@ HEADLINES: dict[str, str] = {
     FUNCTIONAL_ONLY: "functional verification only: never evidence of production capacity",
     UNDECIDED: "the evidence does not support a decision yet",
 }
+
+#: what to do about a failure that blocks any capacity verdict, per classification category
+BLOCKING_ADVICE: dict[str, str] = {
+    "serving": "The engine failed for a reason other than memory: fix that first; it is no "
+               "evidence about capacity.",
+    "config": "The launch was rejected (a configuration error): fix the arguments first; it "
+              "is no evidence about the environment or capacity.",
+    "killed": "The server was killed from outside (SIGKILL, exit 137) with no out-of-memory "
+              "line in its log: check the kernel log (dmesg) for the OOM killer, and the "
+              "orchestrator's events (OOMKilled, eviction), before judging capacity.",
+    "unknown": "The server failed for a reason the classifier does not recognise: read the "
+               "quoted error lines; no verdict rests on a guess.",
+}
+
 
 @dataclass
 class Verdict:
@@ -157,20 +172,18 @@ def decide(statuses: Mapping[str, str], evidence: Sequence[Evidence], *,
     if f.blocking:
         for p in f.blocking:
             b.cite(p.ref, _problem(p))
-        b.advice.append("The engine failed for a reason other than memory (or its launch "
-                        "was rejected): fix that first; it is no evidence about capacity.")
+            b.advice.append(BLOCKING_ADVICE.get(p.category, BLOCKING_ADVICE["serving"]))
         return b.done(UNDECIDED)
 
-    broken = [r for r in f.runs if r.failures]
-    if broken:
-        for r in broken:
+    dead = [r for r in f.runs if r.failures and r.ok == 0]
+    if dead and not f.capacity:
+        for r in dead:
             kinds = ", ".join(f"{n} {k}" for k, n in r.failures.items())
-            b.cite(r.ref, f"requests failed during the load at {r.label()} ({kinds}) "
+            b.cite(r.ref, f"no request of the load at {r.label()} succeeded ({kinds}) "
                           f"{_src(r)}: a failure, not a capacity figure")
-        b.advice.append("Requests failed with HTTP errors or lost connections: find the cause "
-                        "(server log, --k3-launch / --k3-server-log classification, the "
-                        "request set) before judging capacity; only timeouts under load "
-                        "count as a capacity signal.")
+        b.advice.append("Every request failed with HTTP errors or lost connections: find the "
+                        "cause (server log, --k3-launch / --k3-server-log classification, the "
+                        "request set) before judging capacity.")
         return b.done(UNDECIDED)
     counted, excluded = _split_capacity(f, target)
     for r in excluded:
@@ -241,21 +254,33 @@ def _capacity(b: _Builder, f: fnd.Findings, runs: list[fnd.Run],
     reduced = [r for r in runs if r not in at_target]
     failover = [r for r in runs if r.failover and r.has_headroom is False]
     failing = [r for r in at_target if r.has_headroom is False and not r.failover]
+    for ref in f.failed_unpaired:
+        b.cite(ref, f"failed for a run not in the evidence: {ref.cite()}")
     network_fixed = b.layers.is_fixed("network")
     scale_advice = advice.scale(b.layers)
-    if failover or failing or f.capacity or statuses.get("C10") == FAIL:
+    c9_failed = statuses.get("C9") == FAIL
+    if (failover or failing or f.capacity or f.failed_unpaired or c9_failed
+            or statuses.get("C10") == FAIL):
+        if c9_failed and not failing:
+            b.cite(fnd.Ref("checklist", "", "C9 metrics-saved failed (a headroom test "
+                                            "failed)"))
         for r in failover:
             b.cite(r.ref, f"no failover headroom at {r.label()}: {r.figures()} "
                           f"{_src(r)}")
         if statuses.get("C10") == FAIL and not failover:
-            b.reasons.append("C10 failover-headroom failed")
+            b.cite(fnd.Ref("checklist", "", "C10 failover-headroom failed"))
         for r in failing:
             b.cite(r.ref, f"target {r.label()} did not hold with headroom: {r.figures()} "
                           f"{_src(r)}")
+            if r.failures and not f.capacity:
+                kinds = ", ".join(f"{n} {k}" for k, n in r.failures.items())
+                b.advice.append(f"Requests failed beyond the test's limit ({kinds}): check "
+                                "their cause in the server log before taking them as a "
+                                "capacity limit.")
         for p in f.capacity:
             b.cite(p.ref, _problem(p))
         held = [r for r in reduced if r.stable and r.has_headroom is not False]
-        if held and not failover and statuses.get("C10") != FAIL:
+        if held and not failover and statuses.get("C10") != FAIL and not c9_failed:
             best = _heaviest(held)
             b.cite(best.ref, f"held at reduced {best.label()}: {best.figures()} "
                              f"{_src(best)}")
@@ -269,10 +294,23 @@ def _capacity(b: _Builder, f: fnd.Findings, runs: list[fnd.Run],
         b.advice.append(scale_advice)
         return b.done(SCALE)
     good = [r for r in at_target if r.has_headroom is True]
+    unset = [r for r in good if r.target_source == DEFAULT_TARGET]
+    if good and all(r.stable for r in at_target) and unset and target is None:
+        for r in unset:
+            b.cite(r.ref, f"held at {r.label()}: {r.figures()} {_src(r)}")
+        b.reasons.append("no target load was set (no profile, preset targets or marker "
+                         "values): the built-in default load is no target, so no keep")
+        b.advice.append("Set the target load (--k3-profile, a preset's [targets], or "
+                        "k3_headroom(concurrency=..., context_tokens=...)) and run it again.")
+        return b.done(UNDECIDED)
     if good and all(r.stable for r in at_target):
         for r in good:
             b.cite(r.ref, f"held with headroom at {r.label()}: {r.figures()} "
                           f"{_src(r)}")
+        sources = sorted({r.target_source for r in good if r.target_source} or
+                         ({"the session's profile"} if target is not None else set()))
+        if sources:
+            b.reasons.append("target set by: " + ", ".join(sources))
         _cache_notes(b, f)
         b.advice.append("Keep the setup; strengthen monitoring of KV-cache usage, "
                         "preemptions, prefix-cache hit rate and error rate.")

@@ -30,6 +30,8 @@ class Evidence:
     data: dict[str, Any] = field(default_factory=dict)
     nodeid: str = ""
     at: float = field(default_factory=time.time)
+    #: the typed form (:mod:`.kinds`) when the producer made one; ``data`` is its plain view
+    typed: Any = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "summary": self.summary, "data": self.data,
@@ -46,6 +48,7 @@ class RunState:
     tests: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    _runs: int = 0
 
     def add(self, kind: str, summary: str, data: dict[str, Any] | None = None,
             nodeid: str = "") -> Evidence:
@@ -53,6 +56,21 @@ class RunState:
         ev = Evidence(kind=kind, summary=summary, data=dict(data or {}), nodeid=nodeid)
         self.evidence.append(ev)
         return ev
+
+    def add_typed(self, obj: Any, summary: str, nodeid: str = "",
+                  extra: dict[str, Any] | None = None) -> Evidence:
+        """Append typed evidence (a :mod:`.kinds` dataclass): its kind and plain view are
+        taken from the object (``extra``: more plain figures beside it, for the report; the
+        typed view wins on a shared key), the object itself kept for readers by type."""
+        ev = Evidence(kind=obj.KIND, summary=summary, data={**(extra or {}), **obj.to_data()},
+                      nodeid=nodeid, typed=obj)
+        self.evidence.append(ev)
+        return ev
+
+    def next_run_id(self) -> str:
+        """A new load-run id, unique in this session (``run-1``, ``run-2`` ...)."""
+        self._runs += 1
+        return f"run-{self._runs}"
 
     def of_kind(self, kind: str) -> list[Evidence]:
         """All evidence of one kind, in the order it was observed."""

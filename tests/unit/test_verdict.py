@@ -120,7 +120,8 @@ def test_crash_or_rejected_launch_is_undecided(category: str) -> None:
     v = decide(statuses(), [classification(category, "EngineCore encountered a fatal error."),
                             load(16, 6000)])
     assert v.name == UNDECIDED
-    assert any("other than memory" in a for a in v.advice)
+    want = {"serving": "other than memory", "config": "configuration error"}[category]
+    assert any(want in a for a in v.advice)
 
 
 # -- functional-only -----------------------------------------------------------------------
@@ -295,10 +296,20 @@ def test_failing_headroom_at_target_with_a_lighter_run_holding_accepts_limits() 
 
 
 @pytest.mark.parametrize("kind", ["http-5xx", "connection", "http-4xx"])
-def test_failed_requests_are_not_a_capacity_figure(kind: str) -> None:
+def test_failed_requests_beyond_the_tests_limits_mean_the_target_did_not_hold(kind: str) -> None:
+    """Errors are judged against the test's own limits (default: none allowed): beyond them
+    the load did not hold; the advice asks for the errors' cause."""
     v = decide(statuses(), [load(16, 2048, errors=4, kind=kind), load(4, 2048)])
+    assert v.name == ACCEPT_LIMITS
+    assert any("did not hold" in r and "4 errors" in r for r in v.reasons)
+    assert any(f"4 {kind}" in a and "cause" in a for a in v.advice)
+
+
+@pytest.mark.parametrize("kind", ["http-5xx", "connection", "http-4xx"])
+def test_a_load_where_every_request_failed_is_not_a_capacity_figure(kind: str) -> None:
+    v = decide(statuses(), [load(16, 2048, ok=0, errors=16, kind=kind), load(4, 2048)])
     assert v.name == UNDECIDED
-    assert any(f"4 {kind}" in r and "not a capacity figure" in r for r in v.reasons)
+    assert any(f"16 {kind}" in r and "not a capacity figure" in r for r in v.reasons)
 
 
 def test_timeouts_under_load_are_a_capacity_signal() -> None:

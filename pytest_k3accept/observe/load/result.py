@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .profile import LoadProfile
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ...evidence.kinds import LoadRun
     from ..endpoint.client import RequestResult
 
 
@@ -78,6 +79,48 @@ class LoadResult:
             return self.profile.context_tokens
         lengths = [r.prompt_tokens for r in self.records if r.ok and r.prompt_tokens]
         return max(lengths) if lengths else None
+
+    @property
+    def measured_context(self) -> tuple[int | None, float | None]:
+        """(longest, median) prompt of the successful requests, in the server's ``usage``
+        tokens; (None, None) when no request reported usage."""
+        lengths = sorted(r.prompt_tokens for r in self.records if r.ok and r.prompt_tokens)
+        if not lengths:
+            return None, None
+        mid = len(lengths) // 2
+        median = (lengths[mid] if len(lengths) % 2 else (lengths[mid - 1] + lengths[mid]) / 2)
+        return lengths[-1], float(median)
+
+    def evidence(self, run_id: str, target_source: str, *, failover: bool = False,
+                 load_factor: float = 1.0, target: bool | None = None) -> "LoadRun":
+        """This run as typed evidence (:class:`~pytest_k3accept.evidence.kinds.LoadRun`).
+
+        The context is the measured one (longest prompt in ``usage``); the peak KV usage is
+        unknown (None) when no gauge sample was taken *during* the run (the snapshot after
+        it shows an idle server), unless preemptions proved the cache full.
+        """
+        from ...evidence.kinds import LoadRun
+
+        srv = self.server or {}
+        longest, median = self.measured_context
+        peak = srv.get("peak_kv_usage")
+        samples = srv.get("gauge_samples")
+        if srv.get("peak_kv_from", "samples") == "samples" and samples == 0:
+            peak = None
+        s = self.summary
+        return LoadRun(
+            run_id=run_id, profile_name=self.profile.name, concurrency=self.profile.concurrency,
+            context_tokens=longest, requests=int(s["requests"]), ok=int(s["ok"]),
+            errors=int(s["errors"]),
+            errors_by_kind={str(k): int(n) for k, n in (s.get("errors_by_kind") or {}).items()},
+            prompt_tokens_p50=median, prompt_tokens_max=longest,
+            preemptions=None if self.server is None else float(srv.get("preemptions") or 0.0),
+            peak_kv=None if peak is None else float(peak), peak_kv_from=srv.get("peak_kv_from"),
+            gauge_samples=None if samples is None else int(samples),
+            sustained_waiting=(None if srv.get("sustained_waiting") is None
+                               else float(srv["sustained_waiting"])),
+            target_source=target_source, target=target, failover=failover, load_factor=float(load_factor),
+            endpoint=self.endpoint)
 
     def line(self) -> str:
         """One human line: counts, latencies and server figures."""

@@ -1,0 +1,329 @@
+"""The verdict on evidence shaped like a GPU production run (issue: one typed spine).
+
+Each case that was wrong before is a test named after it. The evidence is typed
+(:mod:`pytest_k3accept.evidence.kinds`) as the plugin's fixtures make it: load runs of 8
+engines' worth of streams at 128K contexts, errors at 0.1 %, SLO and headroom judgements that
+name the run they judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_k3accept.checks import headroom as headroom_check
+from pytest_k3accept.checks.registry import FAIL, ITEMS, PASS, SKIP, Checklist
+from pytest_k3accept.decide.verdict import (ACCEPT_LIMITS, KEEP, MOVE_ENVIRONMENT, SCALE,
+                                            UNDECIDED, decide)
+from pytest_k3accept.evidence.kinds import (DEFAULT_TARGET, HeadroomJudgement, LoadRun,
+                                            SloJudgement)
+from pytest_k3accept.evidence.store import Evidence, RunState
+
+NODE = "suites/production/test_production.py::test_target_load"
+SOURCE = "k3_headroom marker of " + NODE
+
+
+def statuses(**given: str) -> dict[str, str]:
+    return {**{cid: "not-checked" for cid in ITEMS}, **given}
+
+
+def run(run_id: str, conc: int = 64, ctx: int = 131072, *, requests: int = 1000,
+        errors: int = 0, kind: str = "http-5xx", preempt: float = 0.0,
+        peak: float | None = 0.62, target: bool | None = True,
+        source: str = SOURCE) -> Evidence:
+    """A load run as ``fixtures/load.py`` records it (typed, with a run id)."""
+    typed = LoadRun(run_id=run_id, profile_name="agent-128k", concurrency=conc,
+                    context_tokens=ctx, requests=requests, ok=requests - errors, errors=errors,
+                    errors_by_kind={kind: errors} if errors else {}, preemptions=preempt,
+                    peak_kv=peak, peak_kv_from="samples", gauge_samples=240,
+                    target_source=source, target=target)
+    return Evidence(LoadRun.KIND, f"{run_id}: c{conc} ctx{ctx}", typed.to_data(), NODE,
+                    typed=typed)
+
+
+def judged(run_id: str, ok: bool | None, **limits: Any) -> Evidence:
+    typed = HeadroomJudgement(run_id=run_id, ok=ok, **limits)
+    return Evidence(HeadroomJudgement.KIND, f"headroom {ok} for {run_id}", typed.to_data(),
+                    NODE, typed=typed)
+
+
+def slo(run_id: str, breaches: list[dict[str, Any]]) -> Evidence:
+    typed = SloJudgement(run_id, not breaches, {"ttft_p99": 30.0}, tuple(breaches))
+    return Evidence(SloJudgement.KIND, f"slo for {run_id}", typed.to_data(), NODE, typed=typed)
+
+
+TTFT_BREACH = {"name": "ttft_p99", "measured": 310.0, "required": 30.0, "direction": "max",
+               "unit": "s", "note": ""}
+
+
+def classification(category: str, line: str) -> Evidence:
+    return Evidence("classification", f"server {category}: {line}",
+                    {"category": category, "evidence_lines": [line]}, "t.py::test_start")
+
+
+# -- SLO breaches ---------------------------------------------------------------------------
+def test_slo_breach_at_the_target_is_never_keep() -> None:
+    v = decide(statuses(), [run("run-1"), judged("run-1", True), slo("run-1", [TTFT_BREACH])])
+    assert v.name == SCALE
+    assert any("ttft_p99 = 310" in r and "required <= 30" in r for r in v.reasons)
+
+
+def test_slo_breach_at_the_target_with_reduced_limits_that_met_the_slos_is_accept_limits(
+        ) -> None:
+    v = decide(statuses(), [run("run-1"), judged("run-1", True), slo("run-1", [TTFT_BREACH]),
+                            run("run-2", 16, 131072, target=False), slo("run-2", [])])
+    assert v.name == ACCEPT_LIMITS
+    assert v.limits["concurrency"] == 16 and v.limits["target_concurrency"] == 64
+
+
+def test_slo_breach_at_the_target_with_reduced_limits_that_also_breached_is_scale() -> None:
+    v = decide(statuses(), [run("run-1"), slo("run-1", [TTFT_BREACH]),
+                            run("run-2", 16, 131072, target=False), slo("run-2", [TTFT_BREACH])])
+    assert v.name == SCALE
+
+
+# -- out of memory while serving, errors against the test's limits -------------------------
+def test_serving_oom_with_5xx_and_lost_connections_is_capacity_evidence() -> None:
+    oom = classification("serving-oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                         "allocate 2.00 GiB. GPU 3 has a total capacity of 139.81 GiB")
+    v = decide(statuses(), [oom, run("run-1", errors=180, kind="http-5xx"),
+                            run("run-2", errors=20, kind="connection")])
+    assert v.name == SCALE
+    assert any("serving-oom" in r for r in v.reasons)
+    with_reduced = decide(statuses(), [oom, run("run-1", errors=180),
+                                       run("run-3", 16, 32768, target=False)])
+    assert with_reduced.name == ACCEPT_LIMITS
+
+
+def test_serving_oom_where_every_request_failed_is_still_capacity_evidence() -> None:
+    oom = classification("serving-oom", "torch.OutOfMemoryError: CUDA out of memory.")
+    v = decide(statuses(), [oom, run("run-1", errors=1000, kind="http-5xx")])
+    assert v.name == SCALE
+
+
+def test_one_http_400_in_1000_requests_within_the_tests_limit_is_keep() -> None:
+    v = decide(statuses(), [run("run-1", errors=1, kind="http-4xx"),
+                            judged("run-1", True, max_error_rate=0.005)])
+    assert v.name == KEEP
+
+
+def test_one_http_400_in_1000_requests_beyond_a_zero_limit_is_not_keep() -> None:
+    v = decide(statuses(), [run("run-1", errors=1, kind="http-4xx"), judged("run-1", False)])
+    assert v.name == SCALE
+    assert any("1 http-4xx" in a and "cause" in a for a in v.advice)
+
+
+def test_a_run_within_its_own_preemption_limit_is_stable() -> None:
+    v = decide(statuses(), [run("run-1", preempt=2), judged("run-1", True, max_preemptions=2)])
+    assert v.name == KEEP
+
+
+def test_a_run_within_its_own_error_limit_is_stable() -> None:
+    v = decide(statuses(), [run("run-1", errors=1), judged("run-1", True, max_error_rate=0.005)])
+    assert v.name == KEEP
+
+
+# -- each judgement names its own run -------------------------------------------------------
+def test_each_headroom_judgement_names_its_own_run_in_a_sweep() -> None:
+    """16 / 8 / 4 streams; the 16-stream run fails: the reason names 16, not the last (4)."""
+    ev = [run("run-1", 16, 8192), run("run-2", 8, 8192, target=False),
+          run("run-3", 4, 8192, target=False),
+          judged("run-1", False, min_free=0.1), judged("run-2", True), judged("run-3", True)]
+    v = decide(statuses(), ev)
+    assert v.name == ACCEPT_LIMITS
+    assert any("target concurrency 16" in r and "did not hold" in r for r in v.reasons)
+    assert not any("target concurrency 4 " in r for r in v.reasons)
+    assert v.limits["concurrency"] == 8
+
+
+def test_the_verdict_does_not_depend_on_judgements_arriving_before_their_runs() -> None:
+    ev = [judged("run-1", False), slo("run-2", []), run("run-1", 16, 8192),
+          run("run-2", 8, 8192, target=False), judged("run-2", True)]
+    assert decide(statuses(), ev).name == ACCEPT_LIMITS
+
+
+# -- unknown is unknown ---------------------------------------------------------------------
+class ServerRun:
+    """A LoadResult-like run for the headroom check: only what ``checks.headroom`` reads."""
+
+    def __init__(self, **server: Any) -> None:
+        self.summary = {"error_rate": 0.0, "errors_by_kind": {}}
+        self.server = {"peak_kv_from": "samples", "preemptions": 0.0,
+                       "sustained_waiting": None, **server}
+        self.server_error: str | None = None
+        self.gpu = None
+        self.endpoint = "http://k3:8000"
+
+
+def test_no_gauge_sample_during_the_run_is_peak_unknown_not_headroom_ok() -> None:
+    # the only KV figure is the idle snapshot after the run
+    h = headroom_check.decide(ServerRun(peak_kv_usage=0.01, gauge_samples=0))
+    assert h.ok is None and "not measured" in h.line()
+    v = decide(statuses(), [run("run-1", peak=None), judged("run-1", None)])
+    assert v.name == UNDECIDED
+    assert any("peak KV unknown" in r for r in v.reasons)
+
+
+def test_an_unknown_queue_is_said_not_skipped_silently() -> None:
+    h = headroom_check.decide(ServerRun(peak_kv_usage=0.4, gauge_samples=3))
+    assert h.ok is True and any("queue not judged" in n for n in h.notes)
+
+
+# -- failures that are not about capacity ---------------------------------------------------
+def test_sigkill_after_init_is_killed_asks_for_the_kernel_log_and_says_nothing_of_the_network(
+        ) -> None:
+    v = decide(statuses(), [classification("killed", "the server was killed by SIGKILL "
+                                           "(exit 137)"), run("run-1")])
+    assert v.name == UNDECIDED
+    assert any("dmesg" in a for a in v.advice)
+    assert not any("network" in a.lower() for a in v.advice)
+
+
+def test_a_configuration_error_before_init_is_config_not_loading() -> None:
+    v = decide(statuses(), [classification("config", "ValueError: Unknown quantization method: "
+                                           "fp3")])
+    assert v.name == UNDECIDED and v.name != MOVE_ENVIRONMENT
+    assert any("configuration error" in a for a in v.advice)
+
+
+def test_host_oom_is_the_environment() -> None:
+    v = decide(statuses(), [classification("host-oom", "Memory cgroup out of memory: Killed "
+                                           "process 4242 (python3)")])
+    assert v.name == MOVE_ENVIRONMENT
+
+
+def test_an_unrecognised_failure_is_undecided_with_its_lines_quoted() -> None:
+    v = decide(statuses(), [classification("unknown", "RuntimeError: something new"),
+                            run("run-1"), judged("run-1", True)])
+    assert v.name == UNDECIDED and any("something new" in r for r in v.reasons)
+
+
+# -- keep needs a target that someone set --------------------------------------------------
+def test_a_bare_k3_headroom_on_the_built_in_default_never_earns_keep() -> None:
+    v = decide(statuses(), [run("run-1", 4, 512, source=DEFAULT_TARGET), judged("run-1", True)])
+    assert v.name == UNDECIDED
+    assert any("no target load was set" in r for r in v.reasons)
+
+
+def test_keep_says_who_set_the_target() -> None:
+    v = decide(statuses(), [run("run-1"), judged("run-1", True)])
+    assert v.name == KEEP
+    assert any(r.startswith("target set by: ") and SOURCE in r for r in v.reasons)
+
+
+def test_keep_with_a_session_target_on_a_default_profile_run() -> None:
+    v = decide(statuses(), [run("run-1", 16, 4096, source=DEFAULT_TARGET), judged("run-1", True)],
+               target={"concurrency": 16, "context_tokens": 4096})
+    assert v.name == KEEP
+
+
+# -- the checklist --------------------------------------------------------------------------
+def test_a_checklist_item_with_one_pass_and_one_skip_is_not_pass() -> None:
+    c = Checklist()
+    c.add(["C9"], "a.py::one", PASS)
+    c.add(["C9"], "a.py::two", SKIP)
+    c.add(["C4"], "a.py::three", PASS)
+    c.add(["C4"], "a.py::four", FAIL)
+    c.add(["C3"], "a.py::five", PASS)
+    got = c.statuses()
+    assert (got["C9"], got["C4"], got["C3"], got["C1"]) == (SKIP, FAIL, PASS, "not-checked")
+
+
+# -- typed evidence: bad shapes are named at the call site ---------------------------------
+def test_typed_evidence_with_a_wrong_shape_names_the_field() -> None:
+    with pytest.raises(TypeError, match=r"LoadRun\.concurrency"):
+        LoadRun(run_id="r", profile_name="p", concurrency="64",  # type: ignore[arg-type]
+                context_tokens=1, requests=1, ok=1, errors=0)
+    with pytest.raises(TypeError, match=r"HeadroomJudgement\.ok"):
+        HeadroomJudgement(run_id="r", ok="yes")  # type: ignore[arg-type]
+
+
+def test_typed_evidence_round_trips_through_the_record_form() -> None:
+    state = RunState()
+    typed = LoadRun(run_id=state.next_run_id(), profile_name="p", concurrency=8,
+                    context_tokens=746, requests=10, ok=10, errors=0, target_source=SOURCE)
+    ev = state.add_typed(typed, "a run", extra={"summary": {"ok": 10}})
+    assert ev.data["summary"] == {"ok": 10} and ev.data["run_id"] == "run-1"
+    assert LoadRun.from_data(ev.data) == typed
+    plain = Evidence("load", "replayed", dict(ev.data), "")
+    assert decide(statuses(), [plain, Evidence("headroom", "h", judged("run-1", True).data)]
+                  ).name == KEEP
+
+
+# -- properties over generated evidence -----------------------------------------------------
+ORDER = {KEEP: 0, ACCEPT_LIMITS: 1, SCALE: 2}
+
+runs_st = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 16, 64, 256]),
+                             st.sampled_from([2048, 32768, 131072]),
+                             st.integers(0, 3), st.floats(0.0, 0.95), st.booleans()),
+                   min_size=1, max_size=5)
+
+
+def _evidence(spec: list[tuple[int, int, int, float, bool]]) -> list[Evidence]:
+    out: list[Evidence] = []
+    top = max(c * x for c, x, *_ in spec)
+    for i, (conc, ctx, errors, peak, slo_ok) in enumerate(spec, 1):
+        rid = f"run-{i}"
+        out.append(run(rid, conc, ctx, requests=100, errors=errors, peak=peak,
+                       target=conc * ctx == top))
+        out.append(judged(rid, errors == 0 and peak <= 0.9))
+        out.append(slo(rid, [] if slo_ok else [TTFT_BREACH]))
+    return out
+
+
+FAILURES = st.sampled_from(["error", "preemption", "slo", "environment", "serving-oom"])
+
+
+def _add_failure(ev: list[Evidence], what: str) -> list[Evidence]:
+    if what == "environment":
+        return [*ev, Evidence("environment", "C4 failed", {"item": "C4", "ok": False})]
+    if what == "serving-oom":
+        return [*ev, classification("serving-oom", "CUDA out of memory")]
+    target = [e for e in ev if e.kind == "load" and e.typed.target]
+    rid = target[0].typed.run_id if target else "run-1"
+    if what == "slo":
+        return [*ev, slo(rid, [TTFT_BREACH])]
+    extra = (dict(errors=5, requests=100) if what == "error" else dict(preempt=3))
+    base = target[0].typed if target else ev[0].typed
+    worse = run(rid, base.concurrency, base.context_tokens, target=base.target, **extra)
+    return [worse if e.kind == "load" and e.typed.run_id == rid else e for e in ev]
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs_st, FAILURES)
+def test_a_worse_observation_never_gives_a_better_verdict(spec: Any, what: str) -> None:
+    ev = _evidence(spec)
+    before = decide(statuses(), ev).name
+    after = decide(statuses(), _add_failure(ev, what)).name
+    if before == MOVE_ENVIRONMENT:
+        assert after == MOVE_ENVIRONMENT
+    if before in ORDER and after in ORDER:
+        assert ORDER[after] >= ORDER[before], (before, after)
+    if before != KEEP:
+        assert after != KEEP
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs_st, st.randoms(use_true_random=False))
+def test_the_verdict_does_not_depend_on_the_order_evidence_arrived_in(spec: Any,
+                                                                      rnd: Any) -> None:
+    ev = _evidence(spec)
+    shuffled = list(ev)
+    rnd.shuffle(shuffled)
+    a, b = decide(statuses(), ev), decide(statuses(), shuffled)
+    assert (a.name, a.limits) == (b.name, b.limits)
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs_st, st.sampled_from(["pass", "fail", "skip", "not-checked"]),
+       st.sampled_from(["pass", "fail", "skip", "not-checked"]))
+def test_every_verdict_cites_evidence_and_keep_never_beside_a_failed_c9_or_c10(
+        spec: Any, c9: str, c10: str) -> None:
+    v = decide(statuses(C9=c9, C10=c10), _evidence(spec))
+    if v.name != UNDECIDED:
+        assert v.evidence
+    if FAIL in (c9, c10):
+        assert v.name != KEEP
