@@ -15,17 +15,18 @@ from typing import Any, Callable
 
 import pytest
 
-hookspec = pytest.hookspec if hasattr(pytest, "hookspec") else None  # pragma: no cover
-
-
+@pytest.hookspec(historic=True)
 def pytest_k3accept_checklist_items(register: Callable[[str, str, str], None]) -> None:
     """Register custom checklist items: ``register(id, slug, text)``.
 
-    Called once at configure time; the items appear in the report's checklist table after
-    C1-C12 and can be named in ``@pytest.mark.k3_check("T1")``.
+    A historic hook: called at configure time for the plugins known then, and again for
+    each ``conftest.py`` or plugin registered later (during collection). The items belong
+    to this session; they appear in the report's checklist table after C1-C12 and can be
+    named in ``@pytest.mark.k3_check("T1")``.
     """
 
 
+@pytest.hookspec
 def pytest_k3accept_record(record: dict[str, Any]) -> None:
     """Inspect or extend the reproduction record just before it is written.
 

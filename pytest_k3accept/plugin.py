@@ -52,4 +52,5 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = _settings.from_config(config)
-    config.stash[STATE_KEY] = RunState()
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    config.stash[STATE_KEY] = RunState(run_prefix=f"{worker}-" if worker else "")

@@ -52,32 +52,24 @@ MARKER_KWARG_ITEMS: dict[tuple[str, str], tuple[str, ...]] = {
 PASS, FAIL, SKIP, NOT_CHECKED = "pass", "fail", "skip", "not-checked"
 
 
-def normalize(item: str) -> str:
-    """Accept ``"C4"``, ``"c4"`` or a slug (``"driver-r580"``); return the id or raise."""
+def normalize(item: str, custom: Mapping[str, tuple[str, str]] | None = None) -> str:
+    """Accept ``"C4"``, ``"c4"`` or a slug (``"driver-r580"``, or a ``custom`` item's);
+    return the id or raise ValueError listing the known items."""
+    known_items = all_items(custom)
     key = item.strip().upper()
-    if key in ITEMS or key in _CUSTOM:
+    if key in known_items:
         return key
-    for cid, (slug, _) in ITEMS.items():
+    for cid, (slug, _) in known_items.items():
         if slug == item.strip().lower():
             return cid
-    known = ", ".join(f"{k} ({v[0]})" for k, v in {**ITEMS, **_CUSTOM}.items())
+    known = ", ".join(f"{k} ({v[0]})" for k, v in known_items.items())
     raise ValueError(f"unknown checklist item {item!r}; known items: {known}")
 
 
-_CUSTOM: dict[str, tuple[str, str]] = {}
-
-
-def register_item(cid: str, slug: str, text: str) -> None:
-    """Add a team's own checklist item (shown in the report's table after C1-C12)."""
-    cid = cid.strip().upper()
-    if cid in ITEMS:
-        raise ValueError(f"{cid} is a built-in checklist item")
-    _CUSTOM[cid] = (slug, text)
-
-
-def all_items() -> dict[str, tuple[str, str]]:
-    """Built-in items followed by registered custom ones."""
-    return {**ITEMS, **_CUSTOM}
+def all_items(custom: Mapping[str, tuple[str, str]] | None = None,
+              ) -> dict[str, tuple[str, str]]:
+    """Built-in items followed by a session's custom ones."""
+    return {**ITEMS, **(custom or {})}
 
 
 @dataclass
@@ -100,19 +92,38 @@ class Checklist:
     """Collects per-test outcomes for checklist items and decides each item."""
 
     outcomes: list[tuple[str, str, str, str]] = field(default_factory=list)
+    #: a team's own items (id -> slug, text), registered for this session only
+    custom: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def register(self, cid: str, slug: str, text: str) -> None:
+        """Add a team's own checklist item (shown in the report's table after C1-C12)."""
+        cid = cid.strip().upper()
+        if cid in ITEMS:
+            raise ValueError(f"{cid} is a built-in checklist item")
+        self.custom[cid] = (slug, text)
+
+    def items(self) -> dict[str, tuple[str, str]]:
+        """Built-in items followed by this session's custom ones."""
+        return all_items(self.custom)
+
+    def normalize(self, item: str) -> str:
+        """:func:`normalize` with this session's custom items."""
+        return normalize(item, self.custom)
 
     def add(self, items: Iterable[str], nodeid: str, outcome: str, message: str = "") -> None:
         """Record that test ``nodeid`` ended with ``outcome`` (pass/fail/skip) for items."""
         for item in items:
-            self.outcomes.append((normalize(item), nodeid, outcome, message))
+            self.outcomes.append((self.normalize(item), nodeid, outcome, message))
 
     def results(self) -> dict[str, ItemResult]:
         """Decide every item: ``fail`` when any deciding test failed, ``pass`` only when every
         deciding test passed, ``skip`` when some (or all) were skipped and none failed, and
         ``not-checked`` when no test touched it."""
-        table = {cid: ItemResult(cid, slug, text) for cid, (slug, text) in all_items().items()}
+        table = {cid: ItemResult(cid, slug, text) for cid, (slug, text) in self.items().items()}
         seen: dict[str, set[str]] = {}
         for cid, nodeid, outcome, message in self.outcomes:
+            if cid not in table:  # an id no one registered here (a merged worker's)
+                table[cid] = ItemResult(cid, "", "")
             table[cid].tests.append({"nodeid": nodeid, "outcome": outcome, "message": message})
             seen.setdefault(cid, set()).add(outcome)
         for cid, outcomes in seen.items():

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import advice
 from . import findings as fnd
-from ..checks.registry import FAIL, ITEMS, NOT_CHECKED, SKIP, all_items
+from ..checks.registry import FAIL, ITEMS, NOT_CHECKED, SKIP
 from .layers import Layers
 from ..evidence.kinds import DEFAULT_TARGET
 from ..evidence.store import Evidence
@@ -78,6 +78,8 @@ class Verdict:
     limits: dict[str, Any] = field(default_factory=dict)
     blocked_layers: list[str] = field(default_factory=list)
     layers: dict[str, Any] = field(default_factory=dict)
+    #: the session's checklist items (built-in and custom), for naming unchecked ones
+    items: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(ITEMS), repr=False)
 
     def __post_init__(self) -> None:
         if self.name not in NAMES:
@@ -86,7 +88,7 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain, JSON-serializable values (for the record and the report)."""
-        items = all_items()
+        items = self.items
         return {"name": self.name, "headline": self.headline, "reasons": list(self.reasons),
                 "evidence": [dict(e) for e in self.evidence],
                 "not_checked": [{"id": c, "slug": items.get(c, ("", ""))[0]}
@@ -339,8 +341,10 @@ def decide_state(state: "RunState", layers: Layers | None = None, *,
     results = state.checklist.results()
     tests = {cid: [t["nodeid"] for t in r.tests if t["outcome"] == FAIL]
              for cid, r in results.items()}
-    return decide({cid: r.status for cid, r in results.items()}, state.evidence,
-                  audience=audience, target=target, layers=layers, item_tests=tests)
+    verdict = decide({cid: r.status for cid, r in results.items()}, state.evidence,
+                     audience=audience, target=target, layers=layers, item_tests=tests)
+    verdict.items = state.checklist.items()
+    return verdict
 
 
 def verdict_lines(state_or_verdict: "RunState | Verdict", layers: Layers | None = None,
@@ -357,7 +361,7 @@ def verdict_lines(state_or_verdict: "RunState | Verdict", layers: Layers | None 
     if v.blocked_layers:
         lines.append("  fixed layers the fix would need: " + ", ".join(v.blocked_layers))
     if v.not_checked:
-        items = all_items()
+        items = v.items
         lines.append("  not checked: " + ", ".join(
             f"{c} {items.get(c, ('', ''))[0]}" for c in v.not_checked))
     return lines

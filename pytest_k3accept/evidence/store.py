@@ -48,6 +48,8 @@ class RunState:
     tests: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: prefix of this process's run ids (an xdist worker's id), so merged ids stay unique
+    run_prefix: str = ""
     _runs: int = 0
 
     def add(self, kind: str, summary: str, data: dict[str, Any] | None = None,
@@ -68,9 +70,10 @@ class RunState:
         return ev
 
     def next_run_id(self) -> str:
-        """A new load-run id, unique in this session (``run-1``, ``run-2`` ...)."""
+        """A new load-run id, unique in this session (``run-1``, ``run-2`` ...; on an xdist
+        worker ``gw0-run-1`` ...)."""
         self._runs += 1
-        return f"run-{self._runs}"
+        return f"{self.run_prefix}run-{self._runs}"
 
     def of_kind(self, kind: str) -> list[Evidence]:
         """All evidence of one kind, in the order it was observed."""

@@ -195,7 +195,6 @@ def build(state: Any, settings: Any, *, environ: Mapping[str, str] | None = None
     """The record as a dict (not yet redacted: call :func:`finish` before it leaves)."""
     environ = os.environ if environ is None else environ
     from .. import __version__ as version
-    from ..checks.registry import all_items
 
     results = state.checklist.results()
     now = time.time()
@@ -222,7 +221,8 @@ def build(state: Any, settings: Any, *, environ: Mapping[str, str] | None = None
                     "settings": settings_view},
         "reproduction": _reproduction(state, settings, environ),
         "verdict": verdict_of(state),
-        "checklist": [results[cid].as_dict() for cid in all_items() if cid in results],
+        "checklist": [results[cid].as_dict() for cid in state.checklist.items()
+                      if cid in results],
         "tests": outcomes_of(state),
         "evidence": [rp.trim(e.as_dict()) for e in state.evidence],
         "notes": list(state.notes),
