@@ -4,6 +4,8 @@ Subcommands:
   ``k3accept collect [--out FILE]``      host facts of this node as JSON (run on each GPU node)
   ``k3accept testbed install``           install the embedded CPU vLLM testbed (idempotent)
   ``k3accept testbed model [VARIANT]``   build (or find) a tiny random-weight test model
+  ``k3accept triage LOG [--exit-code N] [--json]``
+                                         classify a vLLM server log (LOG a file or -)
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Sequence
+
+from .observe.server.triage import command as triage_command
 
 
 def _testbed(args: argparse.Namespace) -> int:
@@ -46,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--out", "-o", default="-", help="output file (default: stdout)")
     col.add_argument("--image", default=None, help="container image reference, if known")
     col.set_defaults(func=_collect)
+    triage_command.add_parser(sub)
     return parser
 
 

@@ -103,10 +103,12 @@ def test_the_same_oom_is_classified_by_the_phase_it_happened_in(where: str, cate
     assert (cls.category, cls.phase) == (category, phase)
 
 
-def test_generic_fatal_line_before_init_is_inferred_loading_not_capacity() -> None:
+def test_generic_fatal_line_before_init_is_unknown_not_a_guess() -> None:
+    # was "loading": a generic "see root cause above" line says nothing about memory (issue 13,
+    # and real logs where the cause above is a bug, a config error or a device fault)
     cls = classify(START + E + "RuntimeError: Engine core initialization failed. See root "
                    "cause above.\n", exit_code=1)
-    assert cls.category == "loading" and cls.confidence == "inferred"
+    assert cls.category == "unknown" and cls.confidence == "inferred"
     assert "not one of the known patterns" in cls.advice
 
 
@@ -129,9 +131,11 @@ def test_without_log_evidence_http_and_exit_code_decide() -> None:
                                health_status=503)
     assert classify(after_init, http=hostile).evidence[0].text == \
         "HTTP 500: <b>\ufffd Bearer ***"
+    # SIGKILL without out-of-memory evidence is "killed" (was "connection" after init and
+    # "loading" before: neither the network nor the weights are evidenced by a kill)
     killed = classify(after_init, exit_code=-9)
-    assert killed.category == "connection" and "OOM killer" in killed.evidence[-1].text
-    assert classify(START, exit_code=-9).category == "loading"
+    assert killed.category == "killed" and "OOM killer" in killed.evidence[-1].text
+    assert classify(START, exit_code=-9).category == "killed"
     assert classify("bash: line 1: nothing\n", exit_code=127).category == "config"
     refused = classify(after_init, http=HttpObservations(connection_errors=("refused",)))
     assert refused.category == "connection"

@@ -1,42 +1,49 @@
 """Where and why a server failed: log text + exit code + HTTP observations -> :class:`Classification`.
 
-A pure function (:func:`classify`) with the evidence lines quoted. Categories:
+A pure function (:func:`classify`) with the evidence lines quoted; it reads its log as a
+stream (an iterable of lines is consumed once, with bounded memory: see
+:mod:`.triage.scan`). Categories (:data:`CATEGORIES`):
 
 * ``environment`` - driver / CUDA runtime / image mismatch; nothing else is worth tuning
 * ``config`` - the server rejected its arguments or could not find its model
 * ``loading`` - out of memory before or while the weights were loaded (not capacity evidence)
 * ``kv-capacity-at-init`` - weights loaded, but the KV cache cannot be sized for max-model-len
 * ``serving`` - the engine died after init completed (at or after the first request)
-* ``serving-oom`` - out of memory inside a step after init completed
-* ``connection`` - NCCL / RDMA / all-to-all / distributed-store / client connection failures
+* ``serving-oom`` - accelerator out of memory inside a step after init completed
+* ``host-oom`` - host RAM ran out: the kernel's OOM killer, a container OOMKilled, Ray's memory
+  monitor (any phase; the phase is reported)
+* ``connection`` - NCCL / RDMA / all-to-all / RPC between engine processes / client connections
+* ``killed`` - SIGKILL / exit 137 with no out-of-memory evidence: killed from outside
+* ``unknown`` - a failure whose cause is not recognised (the last error lines are quoted)
 * ``none`` - no failure observed
 
-The phase of an out-of-memory line is told by the startup events logged before it
-(``Starting to load model``, weights loaded, KV cache sized, ``init engine ... took``), so
-the same OOM string is ``loading`` before init and ``serving-oom`` after it. Decisive
-patterns win over generic ones (``EngineCore encountered a fatal error``, ``Engine core
-initialization failed``); among decisive ones the earliest line wins, because later lines
-are usually consequences. Lines that vLLM itself logged at DEBUG/INFO/WARNING level are
-never failure evidence (the ``ulimit`` warning mentions "Too many open files").
-
-Strings checked against vLLM 0.32.0 (installed source and real failures on the CPU
-testbed) and public sources of older releases (V0 ``The model's max seq len ... is larger
-than the maximum number of tokens that can be stored in KV cache``).
+The phase (:data:`~.triage.patterns.STAGES`) is the furthest stage the log shows before the
+deciding line: startup events of V0 and V1 wordings, serving activity (request lines,
+periodic stats, ``Dumping scheduler output``) and the outermost recognised frame of the
+traceback that follows it (``load_model``, ``profile_run``, ``run_busy_loop`` ...). A root
+cause (tier 1: out of memory, a device fault, a driver, argument or KV-sizing error) wins over
+a consequence (tier 2: a collective timing out, a killed worker; tier 3: "EngineCore
+encountered a fatal error", ``EngineDeadError``), and among equals the earliest line wins.
+Lines that vLLM logged at DEBUG/INFO/WARNING level are never failure evidence, and neither is
+Ray's list of possible reasons for a dead worker ("may have been killed by the OOM killer").
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from .logread import LogLine, clean, split_lines
-from .timeline import Timeline, line_time, log_level
+from .timeline import Timeline, line_time
+from .triage.patterns import AFTER_INIT, BEFORE, KV, LOADING, SERVING, STAGES, unwrap
+from .triage.scan import ACCESS_5XX, FOLLOW, Hit, Scanner
 
-__all__ = ["CATEGORIES", "ADVICE", "Quote", "HttpObservations", "Classification", "classify"]
+__all__ = ["CATEGORIES", "ADVICE", "Quote", "HttpObservations", "Classification", "classify",
+           "decide"]
 
 CATEGORIES = ("environment", "loading", "kv-capacity-at-init", "serving", "serving-oom",
-              "connection", "config", "none")
+              "host-oom", "connection", "killed", "config", "unknown", "none")
 
 ADVICE: dict[str, str] = {
     "environment": (
@@ -73,57 +80,31 @@ ADVICE: dict[str, str] = {
         "A communication failure (NCCL / RDMA / all-to-all / network). Check the interconnect "
         "and the official all-to-all setting for this topology; connection errors and OOM are "
         "different events, so do not tune memory for this."),
+    "host-oom": (
+        "The host ran out of RAM: the kernel's OOM killer, the container's memory limit "
+        "(OOMKilled) or Ray's memory monitor killed a process. This is host memory, not "
+        "accelerator memory: give the node or container more RAM, or lower what takes it "
+        "(--swap-space, CPU offload, CPU KV cache, processes per node). Lowering GPU memory "
+        "use, context length or concurrency does not address it."),
+    "killed": (
+        "The process was killed from outside (SIGKILL / exit 137) and the log shows no "
+        "out-of-memory line: check the kernel log (dmesg) for the OOM killer and the "
+        "container's state (OOMKilled), then whatever supervises the server (a probe, a "
+        "timeout, an operator). This is not evidence about the network, the environment or "
+        "capacity."),
+    "unknown": (
+        "The server failed, but the cause is not one of the known patterns: read the quoted "
+        "last error lines. No conclusion about memory, capacity, the network or the "
+        "environment can be drawn from this run."),
     "none": "No failure observed.",
 }
-
-_I = re.I
-#: (rule name, category or "oom"/"fatal"/"init-failed", tier, pattern); lower tier decides first
-_RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
-    ("cuda-driver-too-old", "environment", 1, re.compile(
-        r"CUDA driver version is insufficient|driver on your system is too old|"
-        r"cudaErrorInsufficientDriver|unsupported display driver", _I)),
-    ("no-kernel-image", "environment", 1, re.compile(
-        r"no kernel image is available|forward compatibility was attempted", _I)),
-    ("no-driver", "environment", 1, re.compile(
-        r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
-        r"system not yet initialized|Failed to infer device type|"
-        r"operator torchvision::nms does not exist", _I)),
-    ("bad-arguments", "config", 1, re.compile(
-        r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
-        r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
-        r"User-specified max_model_len|must be divisible by|Address already in use|"
-        r"is not a valid model identifier|Invalid repository ID or local directory|"
-        r"does not appear to have a file named|command not found|can't open file|"
-        r"\[Errno 2\] No such file or directory", _I)),
-    ("kv-cache-too-small", "kv-capacity-at-init", 1, re.compile(
-        r"To serve at least one request with the model'?s max seq len|"
-        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
-        r"less than requested memory for kv|"
-        r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored", _I)),
-    ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory", _I)),
-    ("out-of-memory", "oom", 1, re.compile(
-        r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU) out of memory|OutOfMemoryError|"
-        r"Cannot allocate memory|RESOURCE_EXHAUSTED", _I)),
-    ("interconnect", "connection", 2, re.compile(
-        r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
-        r"DistBackendError|\b(?:ibv_\w+|RDMA|mlx5\w*)\b.*\b(?:fail\w*|error)|"
-        r"(?:DeepEP|pplx|nvshmem|all2all|all-to-all|alltoall)\b.*\b(?:fail\w*|error|timed? ?out)|"
-        r"Gloo connectFullMesh failed|(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|"
-        r"refused)", _I)),
-    ("import-error", "environment", 2, re.compile(
-        r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: ", _I)),
-    ("engine-dead", "fatal", 3, re.compile(
-        r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
-        r"Worker failed with error|Engine loop has died", _I)),
-    ("init-failed", "init-failed", 3, re.compile(
-        r"Engine core initialization failed|Frontend process failed during engine core", _I)),
-)
-_EXCEPTION = re.compile(r"(?:^|\]\s|\s)((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)): \S")
-_ACCESS_5XX = re.compile(r'"(?:POST|GET)\s+\S+\s+HTTP/[\d.]+"\s+5\d\d\b')
-_QUIET_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN")
-_PREFIX = re.compile(r"^\s*(?:\(\S+ pid=\d+\)\s*)?(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d"
-                     r"(?:[.,]\d+)?\s*(?:\[?[\w./-]+:\d+\]\s*)?)?")
-
+_PREFIX = re.compile(r"^\s*(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s*"
+                     r"(?:\[?[\w./-]+:\d+\]\s*)?)?")
+_PHASES = ("before weight loading", "while loading weights",
+           "KV-cache sizing / profiling (weights loaded, init not done)",
+           "after init, before any successful response", "while serving (requests in the log)")
+_FIRST_OK = "after the first successful response"
+_KILLED_EXIT = (-9, 137)
 
 @dataclass(frozen=True)
 class Quote:
@@ -164,6 +145,8 @@ class Classification:
     exit_code: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     root_cause: Quote | None = None  # the first exception line, when a generic line decided
+    stage: str = ""  # one of triage.patterns.STAGES ("" when nothing was observed)
+    consequences: tuple[Quote, ...] = ()  # failure lines after the deciding one
 
     @property
     def failed(self) -> bool:
@@ -183,121 +166,180 @@ class Classification:
                 "evidence": [q.as_dict() for q in self.evidence],
                 "evidence_lines": [q.text for q in self.evidence],
                 "exit_code": self.exit_code, "notes": list(self.notes),
-                "root_cause": self.root_cause.as_dict() if self.root_cause else None}
+                "root_cause": self.root_cause.as_dict() if self.root_cause else None,
+                "stage": self.stage,
+                "consequences": [q.as_dict() for q in self.consequences]}
 
 
-def _phase(tl: Timeline, lineno: int | None, http: HttpObservations) -> str:
-    """The startup stage reached before ``lineno`` (None: the end of the log)."""
+def _tl_stage(tl: Timeline, lineno: int | None, http: HttpObservations) -> int:
+    """The stage the timeline's startup events show before ``lineno`` (None: the end)."""
     def before(key: str) -> bool:
         ev = tl.events.get(key)
         return ev is not None and (lineno is None or ev.lineno is None or ev.lineno < lineno)
 
     first = tl.events.get("first_response")
     if first is not None and (first.lineno is None or lineno is None or first.lineno < lineno):
-        return "after the first successful response"
-    if before("engine_init_done"):
-        return "after init, before any successful response" if first is None and \
-            http.first_success_at is None else "after the first successful response"
+        return SERVING
+    if before("engine_init_done") or before("api_listening") or before("app_startup_complete"):
+        return AFTER_INIT
     if before("kv_cache_sized") or before("weights_loaded"):
-        return "KV-cache sizing / profiling (weights loaded, init not done)"
-    if before("load_start"):
-        return "while loading weights"
-    return "before weight loading"
+        return KV
+    return LOADING if before("load_start") else BEFORE
 
 
-def _quote(line: LogLine) -> Quote:
-    text = _PREFIX.sub("", line.text, count=1).strip() or line.text.strip()
-    return Quote(text[:500], line.lineno, line_time(line.text, line.seen_at))
+def _phase_text(stage: int, tl: Timeline, http: HttpObservations) -> str:
+    if stage >= AFTER_INIT and (http.first_success_at is not None
+                                or "first_response" in tl.events):
+        return _FIRST_OK
+    return _PHASES[stage]
+
+
+def _quote(line: LogLine, text: str | None = None) -> Quote:
+    raw = text if text is not None else unwrap(line.text)
+    body = _PREFIX.sub("", raw, count=1).strip() or raw.strip()
+    return Quote(body[:500], line.lineno, line_time(line.text, line.seen_at))
+
+
+def _category(kind: str, stage: int) -> str:
+    if kind == "oom":
+        return "serving-oom" if stage >= AFTER_INIT else "kv-capacity-at-init" \
+            if stage == KV else "loading"
+    if kind in ("fault", "fatal"):
+        return "serving" if stage >= AFTER_INIT else "unknown"
+    return kind
+
+
+def _input_notes(scan: Scanner) -> tuple[str, ...]:
+    notes: list[str] = []
+    if scan.timeline.earlier_starts:
+        notes.append(f"{scan.timeline.earlier_starts} earlier start(s) in this log were not "
+                     f"considered: the last start (from line {scan.timeline.start_lineno}) "
+                     "was judged")
+    if scan.total_lines == 0:
+        notes.append("the log is empty")
+    elif scan.unreadable_lines * 2 > scan.total_lines:
+        notes.append(f"{scan.unreadable_lines} of {scan.total_lines} lines are not readable "
+                     "text (a binary file?)")
+    elif scan.vllm_lines == 0:
+        notes.append("no line of this log looks like a vLLM server's")
+    return tuple(notes)
 
 
 def classify(log: Iterable[LogLine] | str | bytes, *, exit_code: int | None = None,
-             http: HttpObservations | None = None,
-             timeline: Timeline | None = None) -> Classification:
+             http: HttpObservations | None = None, timeline: Timeline | None = None,
+             ended: bool = False) -> Classification:
     """Classify a server's life from its log, exit code (None: still running / unknown) and
     HTTP observations. ``timeline`` (built from the whole log) may be passed when ``log``
-    holds only part of it; by default it is built from ``log``."""
-    lines = split_lines(log) if isinstance(log, (str, bytes)) else list(log)
-    tl = timeline if timeline is not None else Timeline.from_lines(lines)
+    holds only part of it; by default it is built from ``log``. ``ended``: the log is complete
+    (the server is gone), so a log that ends in a traceback is a failure (``unknown`` when
+    its cause is not recognised). ``log`` is read once, line by line."""
+    scan = Scanner.over(timeline)
+    for line in split_lines(log) if isinstance(log, (str, bytes)) else log:
+        scan.feed(line)
+    return decide(scan, exit_code=exit_code, http=http, ended=ended)
+
+
+def decide(scan: Scanner, *, exit_code: int | None = None,
+           http: HttpObservations | None = None, ended: bool = False) -> Classification:
+    """The classification of what a :class:`~.triage.scan.Scanner` has read."""
     http = http or HttpObservations()
-    lines = [ln for ln in lines if ln.lineno >= tl.start_lineno]  # the latest start only
-    hits: list[tuple[int, int, str, str, LogLine]] = []  # (tier, order, rule, kind, line)
-    exceptions: list[LogLine] = []
-    for order, line in enumerate(lines):
-        if log_level(line.text) in _QUIET_LEVELS:
-            continue
-        for rule, kind, tier, pat in _RULES:
-            if pat.search(line.text):
-                hits.append((tier, order, rule, kind, line))
-                break
-        if _EXCEPTION.search(line.text):
-            exceptions.append(line)
-    notes = (f"{tl.earlier_starts} earlier start(s) in this log were not considered",) \
-        if tl.earlier_starts else ()
+    notes = _input_notes(scan)
+    hits = scan.all_hits()
     if hits:
-        tier, _, rule, kind, line = min(hits, key=lambda h: (h[0], h[1]))
-        phase = _phase(tl, line.lineno, http)
-        category = kind
-        if kind == "oom":
-            category = ("serving-oom" if phase.startswith("after") else "kv-capacity-at-init"
-                        if phase.startswith("KV") else "loading")
-        elif kind in ("fatal", "init-failed"):
-            category = "serving" if phase.startswith("after") else "loading"
-        inferred = kind == "init-failed" or (kind == "fatal" and category == "loading")
-        quotes = [_quote(line)]
-        root: Quote | None = None
-        if tier > 1:  # a generic line decided: quote the first exception since the last milestone
-            floor = max((ev.lineno or 0 for ev in tl.events.values()
-                         if ev.lineno is not None and ev.lineno < line.lineno), default=0)
-            found = [ex for ex in exceptions if ex.lineno > floor] or exceptions
-            root = _quote(found[0]) if found else None
-        extra = [_quote(h[4]) for h in sorted(hits, key=lambda h: h[1]) if h[4] is not line]
-        for q in ([root] if root else []) + extra:
-            if q.text not in {x.text for x in quotes} and len(quotes) < 4:
-                quotes.append(q)
-        advice = ADVICE[category]
-        if inferred:
-            advice = ("The engine failed before init completed and the cause is not one of the "
-                      "known patterns: read the quoted lines. " + advice)
-        return Classification(category, phase, tuple(quotes), advice, rule,
-                              "inferred" if inferred else "matched", exit_code, notes,
-                              root if root and root.text != quotes[0].text else None)
-    return _without_log_evidence(tl, lines, exit_code, http, notes)
+        hit = min(hits, key=lambda h: (h.tier, h.order))
+        if hit.tier == 3 and exit_code in _KILLED_EXIT:
+            return _killed(scan, http, exit_code, notes)
+        return _from_hit(scan, hit, hits, exit_code, http, notes)
+    return _without_log_evidence(scan, exit_code, http, notes, ended)
 
 
-def _without_log_evidence(tl: Timeline, lines: Sequence[LogLine], exit_code: int | None,
-                          http: HttpObservations, notes: tuple[str, ...]) -> Classification:
-    """Decide from the access log, HTTP observations and the exit code alone."""
-    phase = _phase(tl, None, http)
-    after_init = phase.startswith("after")
-    access = [ln for ln in lines if _ACCESS_5XX.search(ln.text)]
+def _stage_at(scan: Scanner, hit: Hit, http: HttpObservations) -> int:
+    return max(hit.stage, _tl_stage(scan.timeline, hit.line.lineno, http))
+
+
+def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
+              http: HttpObservations, notes: tuple[str, ...]) -> Classification:
+    stage = _stage_at(scan, hit, http)
+    category = _category(hit.kind, stage)
+    quotes = [_quote(hit.line, hit.text)]
+    root: Quote | None = None
+    if hit.tier > 1:  # a consequence decided: quote the first exception since the last milestone
+        events = scan.timeline.events.values()
+        floor = max((ev.lineno or 0 for ev in events
+                     if ev.lineno is not None and ev.lineno < hit.line.lineno), default=0)
+        excs = [ex for ex in scan.all_exceptions() if ex.lineno <= hit.line.lineno + FOLLOW]
+        found = [ex for ex in excs if ex.lineno > floor] or excs
+        root = _quote(found[0]) if found else None
+    later = [_quote(h.line, h.text) for h in hits if h.order > hit.order]
+    extra = [_quote(h.line, h.text) for h in hits if h is not hit]
+    for q in ([root] if root else []) + extra:
+        if q.text not in {x.text for x in quotes} and len(quotes) < 4:
+            quotes.append(q)
+    inferred = category == "unknown"
+    advice = ADVICE[category]
+    if category == "host-oom":
+        advice = f"Host out of memory {_phase_text(stage, scan.timeline, http)}. " + advice
+    consequences = tuple(q for q in later if q.text != quotes[0].text)[:3]
+    return Classification(category, _phase_text(stage, scan.timeline, http), tuple(quotes),
+                          advice, hit.rule, "inferred" if inferred else "matched", exit_code,
+                          notes, root if root and root.text != quotes[0].text else None,
+                          STAGES[stage], consequences)
+
+
+def _last_errors(scan: Scanner) -> list[Quote]:
+    tail = list(scan.tail)
+    return [_quote(ln) for ln in tail[-3:]]
+
+
+def _killed(scan: Scanner, http: HttpObservations, exit_code: int | None,
+            notes: tuple[str, ...]) -> Classification:
+    stage = max(scan.stage, _tl_stage(scan.timeline, None, http))
+    quotes = _last_errors(scan)[-2:] + [Quote(
+        f"process exit code {exit_code} (SIGKILL from outside: an operator, a supervisor, or "
+        "the kernel OOM killer - check dmesg)")]
+    return Classification("killed", _phase_text(stage, scan.timeline, http), tuple(quotes),
+                          ADVICE["killed"], "exit-code", "inferred", exit_code, notes,
+                          stage=STAGES[stage])
+
+
+def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObservations,
+                          notes: tuple[str, ...], ended: bool) -> Classification:
+    """Decide from the HTTP observations, the exit code and how the log ends."""
+    tl = scan.timeline
+    stage = max(scan.stage, _tl_stage(tl, None, http))
+    phase = _phase_text(stage, tl, http)
+    access = [ln for ln in scan.tail if ACCESS_5XX.search(ln.text)]
     quotes: list[Quote] = [_quote(ln) for ln in access[:1]]
     quotes += [Quote(clean(f"HTTP {msg}")[:500]) for msg in http.server_errors[:2]]
     if http.health_status is not None and http.health_status >= 500:
         quotes.append(Quote(f"GET /health -> {http.health_status}"))
+    if exit_code in _KILLED_EXIT:
+        return _killed(scan, http, exit_code, notes)
     if exit_code is not None and exit_code != 0:
-        killed = exit_code in (-9, 137)
-        quotes.append(Quote(f"process exit code {exit_code}" + (
-            " (SIGKILL from outside: an operator, a supervisor, or the kernel OOM killer - "
-            "check dmesg)" if killed else "")))
-        if after_init:
-            # no out-of-memory line in the log: a killed server is a lost connection for the
-            # clients, never OOM evidence by itself
-            category = "connection" if killed else "serving"
-        elif exit_code in (126, 127) or not (killed or tl.has("load_start")):
-            category = "config"  # ended before it began loading: the command itself failed
+        if exit_code in (126, 127) or (scan.lines == 0 and not tl.events):
+            category, prefix = "config", ("The command itself failed (it ended before the "
+                                          "server logged anything). ")
+        elif stage >= AFTER_INIT and (http.server_errors or access):
+            category, prefix = "serving", ""
         else:
-            category = "loading"
-        advice = ("The cause is not one of the known patterns (read the log); decided from the "
-                  "exit code and the startup stage reached. " + ADVICE[category])
-        return Classification(category, phase, tuple(quotes), advice,
-                              "exit-code", "inferred", exit_code, notes)
-    if after_init and (http.server_errors or access) and (
+            category, prefix = "unknown", ""
+        quotes = _last_errors(scan)[-3:] + quotes + [Quote(f"process exit code {exit_code}")]
+        return Classification(category, phase, tuple(quotes), prefix + ADVICE[category],
+                              "exit-code", "inferred", exit_code, notes, stage=STAGES[stage])
+    if stage >= AFTER_INIT and (http.server_errors or access) and (
             http.health_status is None or http.health_status >= 500 or exit_code is not None):
         return Classification("serving", phase, tuple(quotes), ADVICE["serving"], "http-5xx",
-                              "inferred", exit_code, notes)
+                              "inferred", exit_code, notes, stage=STAGES[stage])
     if http.connection_errors and not http.server_errors:
         quotes = [Quote(clean(f"client: {msg}")[:500]) for msg in http.connection_errors[:2]]
         return Classification("connection", phase, tuple(quotes), ADVICE["connection"],
-                              "client-connection", "inferred", exit_code, notes)
-    return Classification("none", phase if tl.events else "no startup observed", (),
-                          ADVICE["none"], "no-failure", "matched", exit_code, notes)
+                              "client-connection", "inferred", exit_code, notes,
+                              stage=STAGES[stage])
+    if ended and exit_code is None and scan.tail and scan.tail[-1].lineno >= scan.last_activity:
+        return Classification("unknown", phase, tuple(_last_errors(scan)), ADVICE["unknown"],
+                              "log-ends-in-error", "inferred", exit_code, notes,
+                              stage=STAGES[stage])
+    seen = bool(tl.events) or scan.stage > BEFORE
+    return Classification("none", phase if seen else "no startup observed", (),
+                          ADVICE["none"], "no-failure", "matched", exit_code, notes,
+                          stage=STAGES[stage] if seen else "")

@@ -24,11 +24,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from ...output.redact import Redactor
 
-__all__ = ["LogLine", "LogReader", "LogFollower", "split_lines", "redact"]
+__all__ = ["LogLine", "LogReader", "LogFollower", "split_lines", "iter_lines", "redact"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -85,6 +85,20 @@ def split_lines(text: str | bytes, *, start: int = 1, seen_at: float = 0.0) -> l
     raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     return [LogLine(start + i, piece, seen_at)
             for i, chunk in enumerate(raw.split(b"\n")) for piece in _pieces(chunk)]
+
+
+def iter_lines(stream: BinaryIO, *, start: int = 1, seen_at: float = 0.0) -> Iterator[LogLine]:
+    """The lines of a binary stream one at a time, never more than one line in memory (a
+    physical line longer than ``4 * MAX_LINE_CHARS`` bytes is cut into pieces, each counted as
+    a line, as :class:`LogReader` does)."""
+    lineno = start - 1
+    while True:
+        raw = stream.readline(4 * MAX_LINE_CHARS)
+        if not raw:
+            return
+        lineno += 1
+        for piece in _pieces(raw.rstrip(b"\n")):
+            yield LogLine(lineno, piece, seen_at)
 
 
 class LogReader:

@@ -1,0 +1,176 @@
+"""What vLLM log lines mean for triage: wrappers to strip, failure rules, and phase hints.
+
+Every pattern was read in a real log (the corpus in ``tests/data/triage/cases.jsonl`` quotes
+each one with its source) or in vLLM 0.32.0's source; the release range a wording covers is
+noted where it matters.
+
+* :func:`unwrap` removes what sits in front of vLLM's own text: docker compose
+  (``vllm-1  | ``), ``kubectl logs --timestamps`` / Buildkite RFC 3339 stamps, journald
+  (``Dec 01 11:12:12 host vllm[12]: ``), ``grep -H`` file names, FastChat's
+  ``date | LEVEL | stderr | ``, process tags of vLLM and Ray (``(EngineCore_DP0 pid=7)``,
+  ``(VllmWorker TP0 pid=8)``, ``(RayWorkerWrapper pid=9, ip=...)``, nested), ANSI colour
+  codes and their remnants when the escape byte was lost (``[36m``). torch's ``[rank0]:`` is kept (it names the rank).
+* :data:`RULES`: (name, kind, tier, pattern). ``kind`` is a category, or ``oom`` (accelerator
+  memory: the phase decides the category), ``fault`` (a kernel/device fault or a bug: the
+  phase decides), ``killed`` (SIGKILL), ``fatal`` (the engine died: a consequence; the cause
+  is looked for elsewhere). A lower tier is a root cause, a higher one a consequence.
+* :data:`HINTS`: (stage, pattern) - what a line shows about how far the server got, at any
+  log level: init progress of V0 and V1 wordings, serving activity, and traceback frames.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["STAGES", "PROCESS_START", "RULES", "HINTS", "FRAME", "TRACEBACK", "unwrap", "wrapped_match"]
+
+#: the stages a server goes through, in order (index = stage number)
+STAGES = ("before-loading", "loading", "kv-sizing", "after-init", "serving")
+BEFORE, LOADING, KV, AFTER_INIT, SERVING = range(5)
+
+_I = re.I
+_WRAPPERS = re.compile(
+    r"^(?:\s+|-\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"  # spaces, bullets, ANSI (or remnants)
+    r"[\w.-]+\.log:(?=\[|\d)|"  # grep -H file name
+    r"[\w.-]+\s+\|\s|"  # docker compose service
+    r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s|"  # RFC 3339
+    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w.@/-]+(?:\[\d+\])?:\s|"  # journald
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ \| \w+ \|\s|"  # FastChat
+    r"\((?:[\w. -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
+
+
+def unwrap(text: str) -> str:
+    """The line without the wrappers that docker, kubectl, journald, Ray, vLLM's process tags
+    and terminals put in front of it (repeatedly: they nest)."""
+    for _ in range(8):
+        m = _WRAPPERS.match(text)
+        if not m or not m.group(0):
+            return text
+        text = text[m.end():]
+    return text
+
+
+_DRIVER = (r"CUDA driver version is insufficient|driver on your system is too old|"
+           r"cudaErrorInsufficientDriver|unsupported display driver|"
+           r"unsatisfied condition: cuda\s*>=|please update your driver|"
+           r"no kernel image is available|forward compatibility was attempted|"
+           r"HIP error: invalid device function|invalid device function|"
+           r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
+           r"system not yet initialized|Failed to infer device type|"
+           r"operator torchvision::nms does not exist")
+_CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
+           r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
+           r"User-specified max_model_len|must be divisible by|Address already in use|"
+           r"is not a valid model identifier|Invalid repository ID or local directory|"
+           r"does not appear to have a file named|command not found|can't open file|"
+           r"\[Errno 2\] No such file or directory|Unknown quantization method|"
+           r"are not supported for now|Repository Not Found|HFValidationError|"
+           r"gated repo|401 Client Error")
+_KV = (r"To serve at least one request with the models?'?s max seq len|"
+       r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
+       r"less than requested memory for kv|"
+       r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored")
+_HOST_OOM = (r"node running low on memory|Ray killed this worker|"
+             r"killed due to memory pressure|Out of memory: Killed process|invoked oom-killer|"
+             r"oom-kill:|Memory cgroup out of memory|\bOOMKilled\b|oom_reaper")
+_OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMemoryError|"
+        r"Cannot allocate memory|RESOURCE_EXHAUSTED|alloc device memory failed|"
+        r"Memory_Allocation_Failure|out of memory \(OOM\)|CUDA error: out of memory")
+_FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
+          r"device-side assert triggered|Segmentation fault|Fatal Python error|"
+          r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus")
+_INTERCONNECT = (
+    r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
+    r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
+    r"\b(?:ibv_\w+|RDMA|mlx5\w*)\b.*\b(?:fail\w*|error)|"
+    r"(?:DeepEP|pplx|nvshmem|all2all|all-to-all|alltoall)\b.*\b(?:fail\w*|error|timed? ?out)|"
+    r"Gloo connectFullMesh failed|(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|"
+    r"refused)|RPC call to \w+ timed out|shm_broadcast\.py\", line \d+, in (?:acquire_read|"
+    r"dequeue)|No available shared memory broadcast block|RayChannelTimeoutError|"
+    r"GetTimeoutError|ActorDiedError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)")
+_KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
+           r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
+           r"received signal 9")
+_FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
+          r"Worker failed with error|Engine loop has died|is already dead|"
+          r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
+          r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
+          r"WorkerProc hit an exception|Engine core initialization failed|"
+          r"Frontend process failed during engine core|Aborted \(core dumped\)")
+
+RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
+    ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
+    ("kv-cache-too-small", "kv-capacity-at-init", 1, re.compile(_KV, _I)),
+    ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory", _I)),
+    ("driver-or-image", "environment", 1, re.compile(_DRIVER, _I)),
+    ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
+    ("out-of-memory", "oom", 1, re.compile(_OOM, _I)),
+    ("device-fault", "fault", 1, re.compile(_FAULT, _I)),
+    ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
+    ("import-error", "environment", 2, re.compile(
+        r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: ", _I)),
+    ("killed", "killed", 2, re.compile(_KILLED, _I)),
+    ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
+)
+#: not evidence of anything: Ray's list of possible reasons for a dead worker, torch's shutdown
+#: warnings, the source line of a ``raise`` in a traceback
+NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a traceback, not its message
+                          r"(?:may|might|could) (?:have been|be|also be)\b.{0,80}\bOOM|"
+                          r"possibly (?:killed|due to)|destroy_process_group\(\) was not called|"
+                          r"process group has NOT been destroyed", _I)
+
+#: the API server's first lines: what came before them belongs to another process
+PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
+FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?'
+                   r'\s*File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)", _I)
+
+#: (stage, pattern): the stage a line shows the server had reached (frames: see FRAME_STAGE)
+HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (LOADING, re.compile(r"Starting to load model|Loading (?:safetensors|pt) checkpoint shards|"
+                         r"Using model weights format|Loading weights with", _I)),
+    (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
+                    r"memory|Memory profiling|# ?GPU blocks:|KV cache size:|Maximum concurrency "
+                    r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
+                    r"transform|Cache the graph of shape|Explicitly set .* for KV cache", _I)),
+    (AFTER_INIT, re.compile(r"init engine \(profile|Starting vLLM (?:API )?server|Application "
+                            r"startup complete|Uvicorn running on|Available routes are|"
+                            r"Route: /v1/", _I)),
+    (AFTER_INIT, re.compile(r':\d+ - "(?:GET|POST) /\S* HTTP/\d(?:\.\d)?" 5\d\d\b')),
+    (SERVING, re.compile(r'"POST /\S*(?:completions|generate|messages|responses)\S* HTTP/\d'
+                         r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt throughput|Engine 0+: '
+                         r'|Running: \d+ reqs|Dumping (?:scheduler output|input data)|Error in '
+                         r'model execution|input of failed execution|Processed prompts:|'
+                         r'est\. speed input|toks/s\]|Error in chat completion|'
+                         r'Exception in callback _log_task_completion|'
+                         r'File "[^"]*(?:guided_decoding|xgrammar)', _I)),
+)
+#: traceback frame (function name) -> stage; the outermost recognised frame of a traceback wins
+FRAME_STAGE: dict[str, int] = {
+    **dict.fromkeys(("load_model", "load_weights", "get_model", "make_layers", "create_weights",
+                     "initialize_model", "weight_loader", "_load_model", "load_model_weights"),
+                    LOADING),
+    **dict.fromkeys(("determine_num_available_blocks", "determine_available_memory",
+                     "profile_run", "_dummy_run", "_dummy_sampler_run", "_initialize_kv_caches",
+                     "initialize_kv_cache", "get_kv_cache_configs", "get_kv_cache_config",
+                     "_check_enough_kv_cache_memory", "capture_model", "_init_cache",
+                     "raise_if_cache_size_invalid", "compile_or_warm_up_model",
+                     "initialize_cache", "_initialize_kv_cache"), KV),
+    **dict.fromkeys(("run_busy_loop", "_process_engine_step", "step_fn", "engine_step",
+                     "run_engine_loop", "step_async", "execute_model_with_error_logging",
+                     "worker_busy_loop", "start_worker_execution_loop", "output_handler",
+                     "create_chat_completion", "create_completion", "chat_completion_stream_"
+                     "generator", "render_chat_request", "_run_engine", "generate",
+                     "get_output_async", "_raise_exception_on_finish"), SERVING),
+    "run_asgi": AFTER_INIT,
+}
+
+
+def wrapped_match(pattern: re.Pattern[str], prev: str, text: str) -> re.Match[str] | None:
+    """A match of ``pattern`` that crosses from the end of ``prev`` into ``text`` (a line a
+    terminal wrapped), or None."""
+    if not prev:
+        return None
+    tail = prev[-120:]
+    m = pattern.search(tail + text[:200])
+    return m if m and m.start() < len(tail) < m.end() else None

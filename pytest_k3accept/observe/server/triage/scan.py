@@ -1,0 +1,155 @@
+"""A streaming scan of a server log: feed it lines one at a time, it keeps only bounded state.
+
+:class:`Scanner` tracks, for the latest server start in the log: the stage the server had
+reached (from init progress, serving activity and traceback frames, see
+:mod:`.patterns`), every line that matched a failure rule (with the stage at that line, raised
+by frames of the traceback that follows it), exception lines, and the last error lines. A
+new start in the same log (the API server's ``non-default args`` line after other startup
+events) forgets the previous start's state. Memory does not grow with the log: at most
+:data:`MAX_HITS` hits and :data:`MAX_EXCEPTIONS` exception lines are kept (the first ones,
+plus a ring of the latest), and a ring of the last :data:`TAIL` error lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..logread import LogLine
+from ..timeline import Timeline, log_level
+from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, RULES, TRACEBACK, \
+    unwrap, wrapped_match
+
+__all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
+
+MAX_HITS = 200
+MAX_EXCEPTIONS = 100
+TAIL = 40
+#: frames after a hit that still belong to its traceback (they raise the hit's stage)
+FOLLOW = 80
+
+EXCEPTION = re.compile(r"(?:^|\]\s|\s)((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)):"
+                       r"(?:\s\S|$)|^(?:[\w.]+\.)?[A-Z]\w*Error\s*$")
+_QUIET = ("DEBUG", "INFO", "WARNING", "WARN")
+ACCESS_5XX = re.compile(r'"(?:POST|GET)\s+\S+\s+HTTP/[\d.]+"\s+5\d\d\b')
+_VLLM_LIKE = re.compile(r"vllm|EngineCore|\(\w*Worker\w*[ _]?\S* ?pid=|APIServer|\[\w+\.py:\d+\]|"
+                        r"\b\w+\.py:\d+\]|Uvicorn|NCCL|Ray|CUDA|torch", re.I)
+
+
+@dataclass
+class Hit:
+    """One line that matched a failure rule."""
+
+    rule: str
+    kind: str
+    tier: int
+    order: int  # position among the lines fed (after the latest start)
+    line: LogLine
+    text: str  # the line without its wrappers
+    stage: int
+
+
+@dataclass
+class Scanner:
+    """Feed :meth:`feed` the lines of one log in order; read the fields afterwards."""
+
+    timeline: Timeline = field(default_factory=Timeline)
+    external: bool = False  # the timeline was built elsewhere (from the whole log)
+    hits: list[Hit] = field(default_factory=list)
+    late_hits: deque[Hit] = field(default_factory=lambda: deque(maxlen=MAX_HITS // 2))
+    exceptions: list[LogLine] = field(default_factory=list)
+    late_exceptions: deque[LogLine] = field(default_factory=lambda: deque(maxlen=MAX_EXCEPTIONS))
+    tail: deque[LogLine] = field(default_factory=lambda: deque(maxlen=TAIL))
+    stage: int = 0
+    lines: int = 0  # lines of the latest start
+    total_lines: int = 0
+    vllm_lines: int = 0
+    unreadable_lines: int = 0
+    last_lineno: int = 0
+    last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
+    _order: int = 0
+    _tb_stage: int | None = None
+    _prev: str = ""
+
+    @classmethod
+    def over(cls, timeline: Timeline | None) -> "Scanner":
+        """A scanner that uses ``timeline`` (built from the whole log) when given."""
+        return cls(timeline, True) if timeline is not None else cls()
+
+    def _reset(self) -> None:
+        self.hits, self.exceptions = [], []
+        self.late_hits.clear()
+        self.late_exceptions.clear()
+        self.tail.clear()
+        self.stage, self.lines, self._tb_stage = 0, 0, None
+
+    def all_hits(self) -> list[Hit]:
+        """The kept hits, in log order."""
+        return self.hits + [h for h in self.late_hits if h not in self.hits]
+
+    def all_exceptions(self) -> list[LogLine]:
+        """The kept exception lines, in log order."""
+        seen = {id(x) for x in self.exceptions}
+        return self.exceptions + [x for x in self.late_exceptions if id(x) not in seen]
+
+    def feed(self, line: LogLine) -> None:
+        """Take one line into account."""
+        self.total_lines += 1
+        self.last_lineno = line.lineno
+        if line.text.count("\ufffd") * 4 > max(8, len(line.text)):
+            self.unreadable_lines += 1
+        if self.external:
+            if line.lineno < self.timeline.start_lineno:
+                return
+        else:
+            before = self.timeline.earlier_starts
+            self.timeline.feed(line)
+            if self.timeline.earlier_starts != before or (
+                    (self.stage or self.hits) and PROCESS_START.search(line.text)):
+                self._reset()  # a new start: what came before is another process's
+        self.lines += 1
+        text = unwrap(line.text)
+        if _VLLM_LIKE.search(text):
+            self.vllm_lines += 1
+        self._hints(text)
+        level = log_level(text)
+        if ACCESS_5XX.search(text):
+            self.tail.append(line)
+        elif level in _QUIET:
+            self.last_activity = line.lineno
+        elif not NOT_EVIDENCE.search(text):
+            self._rules(line, text)
+            if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text):
+                self.tail.append(line)
+            if EXCEPTION.search(text):
+                (self.exceptions if len(self.exceptions) < MAX_EXCEPTIONS
+                 else self.late_exceptions).append(line)
+        self._prev = text
+        self._order += 1
+
+    def _raise(self, stage: int) -> None:
+        if stage > self.stage:
+            self.stage = stage
+        for hit in self.all_hits()[-8:]:  # a traceback that follows a hit is its own
+            if self._order - hit.order <= FOLLOW and stage > hit.stage:
+                hit.stage = stage
+
+    def _hints(self, text: str) -> None:
+        for stage, pat in HINTS:
+            if stage > self.stage and pat.search(text):
+                self._raise(stage)
+        if TRACEBACK.search(text):
+            self._tb_stage = None
+            return
+        m = FRAME.match(text)
+        if m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
+            self._tb_stage = FRAME_STAGE[m.group(1)]
+            self._raise(self._tb_stage)
+
+    def _rules(self, line: LogLine, text: str) -> None:
+        for rule, kind, tier, pat in RULES:
+            if pat.search(text) or wrapped_match(pat, self._prev, text):
+                hit = Hit(rule, kind, tier, self._order, line, text, self.stage)
+                (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
+                return
