@@ -22,41 +22,26 @@ from typing import Any, Mapping, Sequence
 from . import reproduction as rp
 from .redact import Redactor
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_ID = "urn:pytest-k3accept:record:1"
 UNDECIDED = "undecided"
 
 
 def verdict_of(state: Any) -> dict[str, Any]:
-    """The verdict as plain data: a ``"verdict"`` evidence entry when a test decided one,
-    else ``verdict.decide_state(state)`` (or ``verdict.decide(state)``).
+    """The session's verdict as plain data: the ``"verdict"`` evidence entry that the one
+    decision at session end recorded (``fixtures/decide.py``). The record never decides a
+    second time: without that entry the verdict is ``"undecided"`` and says so.
 
-    Always returns ``{"name", "reasons", "evidence", "not_checked", ...}``; an absent or
-    failing verdict module gives ``"undecided"`` with the reason instead of an exception.
+    Always returns ``{"name", "reasons", "evidence", "not_checked", ...}``.
     """
     not_checked = [cid for cid, status in state.checklist.statuses().items()
                    if status == "not-checked"]
     decided_ev = state.latest("verdict")
-    try:
-        if decided_ev is not None and decided_ev.data.get("name"):
-            data = dict(decided_ev.data)
-        else:
-            from ..decide import verdict as _verdict
-
-            decide = getattr(_verdict, "decide_state", None) or getattr(_verdict, "decide")
-            decided = decide(state)
-            data = dict(decided.as_dict()) if hasattr(decided, "as_dict") else {
-                "name": getattr(decided, "name", str(decided)),
-                "reasons": list(getattr(decided, "reasons", []) or []),
-                "evidence": list(getattr(decided, "evidence", []) or []),
-                "not_checked": list(getattr(decided, "not_checked", []) or [])}
-    except ImportError as exc:
-        return {"name": UNDECIDED, "reasons": [f"no decision logic installed ({exc})"],
+    if decided_ev is None or not decided_ev.data.get("name"):
+        return {"name": UNDECIDED, "reasons": ["no verdict was decided in this session (no "
+                                               "k3accept evidence or checklist outcome)"],
                 "evidence": [], "not_checked": not_checked}
-    except Exception as exc:  # the record must be written whatever the verdict code does
-        return {"name": UNDECIDED, "reasons": [f"the verdict could not be decided: "
-                                               f"{type(exc).__name__}: {exc}"],
-                "evidence": [], "not_checked": not_checked}
+    data = dict(decided_ev.data)
     data["name"] = str(data.get("name") or UNDECIDED)
     data.setdefault("reasons", [])
     data.setdefault("evidence", [])

@@ -13,6 +13,7 @@ from pytest_k3accept.observe.host.facts import GpuFacts, HostFacts, NodeFacts
 from pytest_k3accept.output.redact import REDACTED, Redactor
 from pytest_k3accept.output.reproduction import parallelism, parse_args, split_command
 from pytest_k3accept.config.settings import Settings
+from pytest_k3accept.evidence.kinds import LoadRun
 from pytest_k3accept.evidence.store import RunState
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -44,7 +45,10 @@ def _full_state() -> RunState:
         "advice": "lowering concurrency will not help"}, nodeid="t.py::test_start")
     state.add("classification", "server none", {"category": "none", "evidence": [],
                                                 "advice": "no OOM seen", "log": "/x.log"})
-    state.add("load", "target load", {
+    run = LoadRun(run_id=state.next_run_id(), profile_name="agents", concurrency=16,
+                  context_tokens=32000, requests=3, ok=3, errors=0, peak_kv=0.83,
+                  preemptions=0.0, target_source="profile file agents.toml", target=True)
+    state.add_typed(run, "target load", extra={
         "profile": {"concurrency": 16, "output_tokens": 256, "context_tokens": 32000},
         "achieved_concurrency": {"mean": 15.2, "max": 99},
         "request_set": {"name": "agents", "requests": 3, "fingerprint": "ab12"},
@@ -52,7 +56,7 @@ def _full_state() -> RunState:
         "server": {"prefix_cache_hit_rate": 0.61, "peak_kv_usage": 0.83,
                    "prefix_caching": True,
                    "gauge_series": {"t": [0.0, 0.5], "kv_usage": [0.2, 0.83]}}},
-              nodeid="t.py::test_load")
+        nodeid="t.py::test_load")
     state.add("gpu-telemetry", "GPU memory", {"kind": "gpu-memory",
                                               "peak_bytes": {"gpu-a/gpu0": 140 << 30}},
               nodeid="t.py::test_load")
@@ -156,28 +160,21 @@ def test_schema_rejects_a_silent_unknown_and_a_missing_field() -> None:
     assert any("oom_log" in e for e in record.validate(rec))
 
 
-def test_verdict_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_record_shows_the_one_decided_verdict_and_never_decides_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_k3accept.decide.verdict as verdict
+
+    def second_decision(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the record decided a second time")
+
+    monkeypatch.setattr(verdict, "decide_state", second_decision)
+    monkeypatch.setattr(verdict, "decide", second_decision)
     state = RunState()
     state.add("verdict", "decided", {"name": "keep", "reasons": ["held"]})
     assert record.verdict_of(state)["name"] == "keep"
-    import pytest_k3accept.decide
-
-    monkeypatch.delattr(pytest_k3accept.decide, "verdict", raising=False)
-    monkeypatch.setitem(sys.modules, "pytest_k3accept.decide.verdict", None)
     absent = record.verdict_of(RunState())
-    assert absent["name"] == "undecided" and "no decision logic" in absent["reasons"][0]
+    assert absent["name"] == "undecided" and "no verdict was decided" in absent["reasons"][0]
     assert "C1" in absent["not_checked"]
-
-
-def test_verdict_adapter_survives_a_failing_decision(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_k3accept.decide.verdict as verdict
-
-    def broken(state: object) -> None:
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(verdict, "decide_state", broken)
-    out = record.verdict_of(RunState())
-    assert out["name"] == "undecided" and "RuntimeError: boom" in out["reasons"][0]
 
 
 def test_command_parsing() -> None:
@@ -205,3 +202,16 @@ def test_shipped_schema_is_valid_and_matches_the_version() -> None:
     assert schema["$id"] == record.SCHEMA_ID
     assert jsonschema.Draft202012Validator(
         schema["properties"]["schema_version"]).is_valid(record.SCHEMA_VERSION)
+
+
+def test_the_schema_holds_typed_evidence_to_its_type() -> None:
+    state = RunState()
+    run = LoadRun(run_id=state.next_run_id(), profile_name="p", concurrency=8,
+                  context_tokens=746, requests=10, ok=10, errors=0)
+    state.add_typed(run, "typed run")
+    rec = record.finish(record.build(state, Settings(), environ={}), Redactor())
+    assert record.validate(rec) == []
+    rec["evidence"][0]["data"].pop("run_id")
+    rec["evidence"][0]["data"]["concurrency"] = "8"
+    problems = " ".join(record.validate(rec))
+    assert "run_id" in problems and "concurrency" in problems

@@ -327,3 +327,25 @@ def test_every_verdict_cites_evidence_and_keep_never_beside_a_failed_c9_or_c10(
         assert v.evidence
     if FAIL in (c9, c10):
         assert v.name != KEEP
+
+
+def test_the_rule_table_in_the_docs_is_the_code() -> None:
+    from pathlib import Path
+
+    from pytest_k3accept.decide import rules
+
+    doc = (Path(__file__).parents[2] / "docs" / "decisions.md").read_text()
+    assert rules.rule_table() in doc
+    assert all(rule.__doc__ for rule in rules.RULES)
+
+
+def test_a_rule_that_raises_gives_undecided_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_k3accept.decide import rules, verdict
+
+    def broken(case: Any) -> None:
+        raise KeyError("peak")
+
+    broken.__name__ = "shortage"
+    monkeypatch.setattr(verdict, "RULES", (rules.environment_first, broken, rules.keep))
+    v = decide(statuses(), [run("run-1"), judged("run-1", True)])
+    assert v.name == UNDECIDED and "rule shortage failed: KeyError" in v.reasons[0]
