@@ -85,3 +85,27 @@ def test_gate():
     pass
 """)
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_broken_request_set_is_a_usage_error_before_any_server_starts(
+        pytester: pytest.Pytester) -> None:
+    """A bad line in the profile's request set stops the session at configure time, naming
+    file, line and field; nothing is launched (the --k3-launch command would fail loudly)
+    and no checklist item is marked as the deployment's fault."""
+    pytester.path.joinpath("requests.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "user"\n')
+    pytester.path.joinpath("team.toml").write_text(
+        'concurrency = 2\nrequest_set = "requests.jsonl"\n')
+    pytester.makepyfile(test_team="""
+import pytest
+
+@pytest.mark.k3_headroom
+def test_target():
+    pass
+""")
+    result = pytester.runpytest("--k3-profile", "team.toml", "--k3-launch",
+                                "/nonexistent/never-started", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--k3-profile: request_set: *requests.jsonl:2: *invalid JSON*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "never-started" not in result.stdout.str()

@@ -349,3 +349,21 @@ def test_a_rule_that_raises_gives_undecided_naming_it(monkeypatch: pytest.Monkey
     monkeypatch.setattr(verdict, "RULES", (rules.environment_first, broken, rules.keep))
     v = decide(statuses(), [run("run-1"), judged("run-1", True)])
     assert v.name == UNDECIDED and "rule shortage failed: KeyError" in v.reasons[0]
+
+
+def test_the_public_face_gives_the_types_a_suite_annotates_with() -> None:
+    import subprocess
+    import sys
+
+    import pytest_k3accept as pk
+
+    for name in pk.__all__:
+        assert getattr(pk, name) is not None, name
+    assert pk.Verdict is __import__("pytest_k3accept.decide.outcome", fromlist=["x"]).Verdict
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        pk.Nope  # noqa: B018
+    # importing the package stays inert: no HTTP library, no NVML
+    out = subprocess.run([sys.executable, "-c", "import sys, pytest_k3accept; print(sorted("
+                          "m for m in ('httpx', 'aiohttp', 'pynvml') if m in sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
