@@ -104,6 +104,7 @@ _PHASES = ("before weight loading", "while loading weights",
            "KV-cache sizing / profiling (weights loaded, init not done)",
            "after init, before any successful response", "while serving (requests in the log)")
 _FIRST_OK = "after the first successful response"
+_UNPLACED = "not shown (no startup or serving line before it)"
 _KILLED_EXIT = (-9, 137)
 
 @dataclass(frozen=True)
@@ -261,6 +262,13 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
               http: HttpObservations, notes: tuple[str, ...]) -> Classification:
     stage = _stage_at(scan, hit, http)
     category = _category(hit.kind, stage)
+    phase, stage_key = _phase_text(stage, scan.timeline, http), STAGES[stage]
+    if hit.kind == "oom" and stage == BEFORE and not scan.timeline.events:
+        # an excerpt that starts at the error: loading and serving look the same here, and
+        # guessing "loading" (move the environment) for a serving OOM is the costly mistake
+        category, phase, stage_key = "unknown", _UNPLACED, "unknown"
+        notes += ("out of memory, but the log shows no startup or serving line before it: "
+                  "loading, KV sizing and serving cannot be told apart; triage the whole log",)
     quotes = [_quote(hit.line, hit.text)]
     root: Quote | None = None
     if hit.tier > 1:  # a consequence decided: quote the first exception since the last milestone
@@ -280,10 +288,10 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
     if category == "host-oom":
         advice = f"Host out of memory {_phase_text(stage, scan.timeline, http)}. " + advice
     consequences = tuple(q for q in later if q.text != quotes[0].text)[:3]
-    return Classification(category, _phase_text(stage, scan.timeline, http), tuple(quotes),
-                          advice, hit.rule, "inferred" if inferred else "matched", exit_code,
-                          notes, root if root and root.text != quotes[0].text else None,
-                          STAGES[stage], consequences)
+    return Classification(category, phase, tuple(quotes), advice, hit.rule,
+                          "inferred" if inferred else "matched", exit_code, notes,
+                          root if root and root.text != quotes[0].text else None, stage_key,
+                          consequences)
 
 
 def _last_errors(scan: Scanner) -> list[Quote]:

@@ -8,7 +8,8 @@ noted where it matters.
   (``vllm-1  | ``), ``kubectl logs --timestamps`` / Buildkite RFC 3339 stamps, journald
   (``Dec 01 11:12:12 host vllm[12]: ``), ``grep -H`` file names, FastChat's
   ``date | LEVEL | stderr | ``, process tags of vLLM and Ray (``(EngineCore_DP0 pid=7)``,
-  ``(VllmWorker TP0 pid=8)``, ``(RayWorkerWrapper pid=9, ip=...)``, nested), ANSI colour
+  ``(VllmWorker TP0 pid=8)``, ``(RayWorkerWrapper pid=9, ip=...)``, nested), k9s's box
+  border (``\u2502``), ANSI colour
   codes and their remnants when the escape byte was lost (``[36m``). torch's ``[rank0]:`` is kept (it names the rank).
 * :data:`RULES`: (name, kind, tier, pattern). ``kind`` is a category, or ``oom`` (accelerator
   memory: the phase decides the category), ``fault`` (a kernel/device fault or a bug: the
@@ -30,13 +31,13 @@ BEFORE, LOADING, KV, AFTER_INIT, SERVING = range(5)
 
 _I = re.I
 _WRAPPERS = re.compile(
-    r"^(?:\s+|-\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"  # spaces, bullets, ANSI (or remnants)
+    r"^(?:\s+|-\s|\u2502\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"  # spaces, bullets, ANSI (or remnants)
     r"[\w.-]+\.log:(?=\[|\d)|"  # grep -H file name
     r"[\w.-]+\s+\|\s|"  # docker compose service
     r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s|"  # RFC 3339
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w.@/-]+(?:\[\d+\])?:\s|"  # journald
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ \| \w+ \|\s|"  # FastChat
-    r"\((?:[\w. -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
+    r"\((?:[\w.=() -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
 
 
 def unwrap(text: str) -> str:
@@ -101,6 +102,10 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
     ("kv-cache-too-small", "kv-capacity-at-init", 1, re.compile(_KV, _I)),
+    # the functions that raise the KV-capacity errors above, when the message itself was cut
+    ("kv-check-frame", "kv-capacity-at-init", 1, re.compile(
+        r'(?:", line \d+, in |^\s*|\]\s+)(?:raise_if_cache_size_invalid|'
+        r'_check_enough_kv_cache_memory)\b')),
     ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory", _I)),
     ("driver-or-image", "environment", 1, re.compile(_DRIVER, _I)),
     ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
@@ -143,7 +148,18 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
                          r'Exception in callback _log_task_completion|'
-                         r'File "[^"]*(?:guided_decoding|xgrammar)', _I)),
+                         r'File "[^"]*(?:guided_decoding|xgrammar)|'
+                         r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|_continuation_prefill|'
+                         r'execute_model_async|_process_request)\b|'
+                         r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]', _I)),
+    # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
+    # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
+    (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
+                            r"errored|Engine loop has died", _I)),
+    (KV, re.compile(r"(?:executing|processing) method (?:initialize_cache|determine_num_available_"
+                    r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
+                    r"_model)", _I)),
+    (LOADING, re.compile(r"(?:executing|processing) method (?:load_model|init_device)", _I)),
 )
 #: traceback frame (function name) -> stage; the outermost recognised frame of a traceback wins
 FRAME_STAGE: dict[str, int] = {
@@ -154,7 +170,7 @@ FRAME_STAGE: dict[str, int] = {
                      "profile_run", "_dummy_run", "_dummy_sampler_run", "_initialize_kv_caches",
                      "initialize_kv_cache", "get_kv_cache_configs", "get_kv_cache_config",
                      "_check_enough_kv_cache_memory", "capture_model", "_init_cache",
-                     "raise_if_cache_size_invalid", "compile_or_warm_up_model",
+                     "raise_if_cache_size_invalid", "compile_or_warm_up_model", "capture_end",
                      "initialize_cache", "_initialize_kv_cache"), KV),
     **dict.fromkeys(("run_busy_loop", "_process_engine_step", "step_fn", "engine_step",
                      "run_engine_loop", "step_async", "execute_model_with_error_logging",
