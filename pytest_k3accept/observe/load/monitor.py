@@ -7,9 +7,14 @@ their peaks. After the run the final scrape is repeated briefly until the server
 ``vllm:request_success_total`` has caught up with the requests the runner saw succeed, so
 token counters are complete when they are compared.
 
+With several engines (``--data-parallel-size``) the gauges are kept per engine: the peak KV
+usage is the fullest engine's (``per_engine`` lists each engine's peaks and counters), the
+running / waiting figures are the server's totals (see ``pytest_k3accept.observe.metrics``).
+
 Peak KV usage is the highest sample, raised to 1.0 when the run's preemption count grew:
 vLLM preempts only when the KV cache has no free block, so a preemption proves the cache
-was full even when no sample caught that moment (``peak_kv_from`` says which). Likewise
+was full even when no sample caught that moment (``peak_kv_from`` says which; per engine,
+by that engine's preemptions). Likewise
 the sustained queue is at least 1 when vLLM's ``request_queue_time_seconds`` histogram shows
 a request that waited longer than :data:`SUSTAINED_S` (``queued_over_1s``).
 """
@@ -21,12 +26,12 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..metrics import GAUGES, number, scan_gauges
+from ..metrics import fold_gauges, number, scan_engine_gauges
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
 
-    from ..metrics import MetricsScraper, Snapshot
+    from ..metrics import Delta, MetricsScraper, Snapshot
 
 #: a queue counts as sustained when it was present in every sample over this many seconds
 SUSTAINED_S = 1.0
@@ -54,6 +59,10 @@ class Monitor:
         self.last: Snapshot | None = None
         self.before: Snapshot | None = None
         self.peaks: dict[str, float] = {}
+        #: gauge -> engine -> highest value sampled
+        self.engine_peaks: dict[str, dict[str, float]] = {}
+        #: engine -> [(t, kv)] KV usage samples per engine
+        self.engine_series: dict[str, list[tuple[float, float]]] = {}
         self.series: list[tuple[float, float, float, float]] = []  # t, kv, running, waiting
         self.t0 = time.perf_counter()
         self.samples = 0
@@ -114,25 +123,37 @@ class Monitor:
         assert self._http is not None and self.scraper is not None
         try:
             resp = await self._http.get(self.scraper.url)
-            gauges = scan_gauges(resp.text) if resp.status_code == 200 else {}
+            per = scan_engine_gauges(resp.text) if resp.status_code == 200 else {}
         except Exception:  # noqa: BLE001 - a sample may fail under load; counted
-            gauges = {}
-        if not gauges:
+            per = {}
+        if not per:
             self.sample_errors += 1
             return
         self.samples += 1
-        self.series.append((time.perf_counter() - self.t0, gauges.get("kv", math.nan),
-                            gauges.get("running", math.nan), gauges.get("waiting", math.nan)))
-        for key, value in gauges.items():
+        gauges = fold_gauges(per)
+        t = time.perf_counter() - self.t0
+        self.series.append((t, gauges.get("kv", math.nan), gauges.get("running", math.nan),
+                            gauges.get("waiting", math.nan)))
+        for engine, kv in per.get("kv", {}).items():
+            self.engine_series.setdefault(engine, []).append((t, kv))
+        self._fold(per)
+
+    def _fold(self, per: dict[str, dict[str, float]]) -> None:
+        """Keep the peaks of one per-engine gauge reading."""
+        for key, value in fold_gauges(per).items():
             if value > self.peaks.get(key, float("-inf")):
                 self.peaks[key] = value
+        for key, values in per.items():
+            peaks = self.engine_peaks.setdefault(key, {})
+            for engine, value in values.items():
+                peaks[engine] = max(peaks.get(engine, value), value)
 
     async def watch(self, run: Any, t0: float, progress: Callable[[Any], Any] | None,
                     progress_interval: float) -> None:
         """Sample gauges and report progress until cancelled."""
         next_report = t0 + progress_interval
         next_sample = t0
-        self.t0, self.series, self.reported = t0, [], False
+        self.t0, self.series, self.engine_series, self.reported = t0, [], {}, False
         tick = min(self.interval, progress_interval) if progress else self.interval
         while True:
             now = time.perf_counter()
@@ -167,12 +188,8 @@ class Monitor:
         delta = after - self.before
         out = delta.as_dict()
         cfg = after.cache_config()
-        peak_kv, peak_from = self.peaks.get("kv"), "samples"
-        if delta.preemptions() > 0 and (peak_kv is None or peak_kv < 1.0):
-            # vLLM preempts a running request only when the KV cache has no free block for
-            # it: the cache was full even if no sample landed at that moment (a sample can
-            # wait seconds for a busy API server, or fall between two reads)
-            peak_kv, peak_from = 1.0, "preemptions"
+        peak_kv, peak_from = _peak_kv(self.peaks.get("kv"), delta.preemptions())
+        engines = self.per_engine(delta)
         queued_long = delta.histogram_over("vllm:request_queue_time_seconds", SUSTAINED_S)
         out.update({
             "peak_kv_usage": peak_kv,
@@ -192,20 +209,50 @@ class Monitor:
             "prefill_time_mean": delta.histogram_mean("vllm:request_prefill_time_seconds"),
             "kv_cache_size_tokens": number(cfg.get("kv_cache_size_tokens")),
             "prefix_caching": after.prefix_caching_enabled(),
+            "engines": len(engines),
+            "per_engine": engines,
         })
+        return out
+
+    def per_engine(self, delta: "Delta") -> dict[str, dict[str, Any]]:
+        """Engine -> its peaks (KV raised to 1.0 by its own preemptions), counters and KV
+        series over the run; ``{}`` for a server without an ``engine`` label."""
+        kv = self.engine_peaks.get("kv", {})
+        names = {"preemptions": "vllm:num_preemptions_total",
+                 "prompt_tokens": "vllm:prompt_tokens_total",
+                 "generation_tokens": "vllm:generation_tokens_total"}
+        counters = {key: delta.per_engine(name) for key, name in names.items()}
+        engines = set(kv).union(*(c.keys() for c in counters.values())) - {""}
+        out: dict[str, dict[str, Any]] = {}
+        for engine in sorted(engines, key=lambda e: (len(e), e)):
+            peak, peak_from = _peak_kv(kv.get(engine), counters["preemptions"].get(engine))
+            out[engine] = {
+                "peak_kv_usage": peak, "peak_kv_from": peak_from,
+                "peak_running": self.engine_peaks.get("running", {}).get(engine),
+                "peak_waiting": self.engine_peaks.get("waiting", {}).get(engine),
+                **{key: c.get(engine) for key, c in counters.items()},
+                "kv_usage": [_r(v) for _, v in self.engine_series.get(engine, [])]}
         return out
 
     def sample_gauges_from(self, snap: "Snapshot") -> None:
         """Fold a full snapshot's gauges into the peaks (covers runs shorter than a sample)."""
-        for name, key in GAUGES.items():
-            value = snap.value(name)
-            if value is not None and value > self.peaks.get(key, float("-inf")):
-                self.peaks[key] = value
+        self._fold(snap.engine_gauges())
 
     async def close(self) -> None:
         """Close the scrape client."""
         if self._http is not None:
             await self._http.aclose()
+
+
+def _peak_kv(sampled: float | None, preemptions: float | None) -> tuple[float | None, str]:
+    """The peak KV usage and where it comes from: the samples, or 1.0 when preemptions grew.
+
+    vLLM preempts a running request only when the KV cache has no free block for it: the
+    cache was full even if no sample landed at that moment (a sample can wait seconds for a
+    busy API server, or fall between two reads)."""
+    if preemptions and preemptions > 0 and (sampled is None or sampled < 1.0):
+        return 1.0, "preemptions"
+    return sampled, "samples"
 
 
 def _r(value: float) -> float | None:
