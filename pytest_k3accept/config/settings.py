@@ -41,6 +41,15 @@ def _url(value: str, option: str) -> str:
     return value
 
 
+def _selector(value: str, option: str) -> str:
+    from ..observe.host.remote import selector_matchers
+
+    try:
+        return selector_matchers(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{option}: {exc}") from None
+
+
 def _positive(value: str, option: str) -> float:
     try:
         number = float(value)
@@ -103,6 +112,9 @@ OPTIONS: tuple[Option, ...] = (
            parse=_url, metavar="URL"),
     Option("--k3-prometheus-url", "Prometheus server URL (PromQL over its HTTP API) for "
            "remote GPU facts and telemetry", parse=_url, metavar="URL"),
+    Option("--k3-prometheus-selector", "PromQL label matchers applied to every Prometheus "
+           "query so only the deployment's series count, e.g. 'cluster=\"k3\",namespace=~"
+           "\"vllm.*\"'", parse=_selector, metavar="MATCHERS"),
     Option("--k3-image", "container image reference of the deployment", metavar="REF"),
     Option("--k3-gpu-interval", "GPU telemetry sampling interval in seconds", default=0.5,
            parse=_positive, metavar="SECONDS"),
@@ -131,6 +143,7 @@ class Settings:
     host_facts: tuple[Path, ...] = ()
     dcgm_url: str | None = None
     prometheus_url: str | None = None
+    prometheus_selector: str | None = None
     image: str | None = None
     gpu_interval: float = 0.5
     profile: Path | None = None
@@ -220,6 +233,7 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
         host_facts=tuple(Path(p) for p in values["k3_host_facts"] or ()),
         dcgm_url=values["k3_dcgm_url"],
         prometheus_url=values["k3_prometheus_url"],
+        prometheus_selector=values["k3_prometheus_selector"] or None,
         image=values["k3_image"],
         gpu_interval=values["k3_gpu_interval"],
         profile=Path(values["k3_profile"]) if values["k3_profile"] else None,

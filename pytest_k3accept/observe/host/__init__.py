@@ -20,10 +20,13 @@ __all__ = ["FactsFileError", "GpuFacts", "HostFacts", "NodeFacts", "gather"]
 
 def gather(files: Iterable[str | Path] = (), dcgm_url: str | None = None,
            prometheus_url: str | None = None, image: str | None = None, local: bool = True,
-           nvml_module: Any = None, timeout: float = 10.0) -> HostFacts:
-    """Facts from every given source, merged by node name (earlier sources win per field).
+           nvml_module: Any = None, timeout: float = 10.0,
+           prometheus_selector: str | None = None) -> HostFacts:
+    """Facts from every given source, merged by node name or shared GPU UUIDs (earlier
+    sources win per field).
 
-    Order: facts files, local NVML (only nodes that have GPUs), dcgm-exporter, Prometheus.
+    Order: facts files, local NVML (only nodes that have GPUs), dcgm-exporter, Prometheus
+    (its queries scoped by ``prometheus_selector``, then named in the notes).
     """
     from . import factsfile, nvml
     from .remote import Dcgm, Prometheus, RemoteError
@@ -38,11 +41,17 @@ def gather(files: Iterable[str | Path] = (), dcgm_url: str | None = None,
             views.append(mine)
         else:
             notes.append(f"local NVML: {mine.gpu_error}")
-    for url, source in ((dcgm_url, Dcgm), (prometheus_url, Prometheus)):
-        if not url:
-            continue
+    if dcgm_url:
         try:
-            views.extend(source(url, timeout=timeout).facts())
+            views.extend(Dcgm(dcgm_url, timeout=timeout).facts())
         except RemoteError as exc:
-            notes.append(f"{source.label}: {exc}")
+            notes.append(f"{Dcgm.label}: {exc}")
+    if prometheus_url:
+        prom = Prometheus(prometheus_url, timeout=timeout, selector=prometheus_selector)
+        if prom.matchers:
+            notes.append(f"prometheus queries scoped by {prom.scope}")
+        try:
+            views.extend(prom.facts())
+        except RemoteError as exc:
+            notes.append(f"{Prometheus.label}: {exc}")
     return HostFacts.merge(views, image=image, notes=notes)

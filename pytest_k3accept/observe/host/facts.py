@@ -127,17 +127,29 @@ class HostFacts:
     @classmethod
     def merge(cls, views: Iterable[NodeFacts], image: str | None = None,
               notes: Iterable[str] = ()) -> "HostFacts":
-        """Merge node views in order (earlier sources win for each known field)."""
+        """Merge node views in order (earlier sources win for each known field).
+
+        Views are the same node when they have the same name or share a GPU UUID (a facts
+        file's hostname and a dcgm-exporter pod's name for one machine): such a node counts
+        once, under its first name, and a note says so."""
         merged: dict[str, NodeFacts] = {}
         order: list[str] = []
+        by_uuid: dict[str, str] = {}
+        said = list(notes)
         for view in views:
             key = view.node or f"<unnamed {len(order)}>"
+            same = next((by_uuid[g.uuid] for g in view.gpus if g.uuid in by_uuid), key)
+            if same != key:
+                said.append(f"node {key!r} ({view.source}) has the GPU UUIDs of {same!r}: "
+                            "the same node, counted once")
+                key = same
             if key in merged:
                 merged[key] = merge_nodes(merged[key], view)
             else:
                 merged[key] = view
                 order.append(key)
-        return cls(tuple(merged[k] for k in order), image, tuple(notes))
+            by_uuid.update({g.uuid: key for g in merged[key].gpus if g.uuid})
+        return cls(tuple(merged[k] for k in order), image, tuple(said))
 
     @property
     def gpu_nodes(self) -> tuple[NodeFacts, ...]:

@@ -11,10 +11,14 @@ with the URL and what went wrong.
 from __future__ import annotations
 
 import math
+import re
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .facts import GpuFacts, NodeFacts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..metrics import Snapshot
 
 MIB = 1024 * 1024
 USED, FREE, RESERVED = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
@@ -169,15 +173,49 @@ class Dcgm:
         self._http.close()
 
 
+def selector_matchers(selector: str | None) -> str:
+    """A label selector as PromQL matchers (``cluster="k3",pod=~"vllm-.*"``; surrounding
+    braces allowed), ``""`` for none; ValueError for one PromQL could not take."""
+    text = (selector or "").strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    shaped = re.match(r'^\s*[A-Za-z_]\w*\s*(=|!=|=~|!~)\s*"', text)
+    if any(c in text for c in "{}\n") or (text and not shaped):
+        raise ValueError(f"not a PromQL label selector: {selector!r} (write e.g. "
+                         "'cluster=\"k3\",namespace=\"vllm\"')")
+    return text
+
+
+def scoped(metric: str, matchers: str) -> str:
+    """``metric{matchers}`` (just ``metric`` without matchers)."""
+    return f"{metric}{{{matchers}}}" if matchers else metric
+
+
+#: the vLLM families the Prometheus path reads (current and older names, see
+#: :data:`pytest_k3accept.observe.metrics.RENAMED`)
+VLLM_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+               "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
 class Prometheus:
-    """A Prometheus server's HTTP API (instant and range PromQL queries)."""
+    """A Prometheus server's HTTP API (instant and range PromQL queries).
+
+    ``selector`` (label matchers such as ``cluster="k3"``) is applied to every query, so
+    only the deployment's series count; a selector that matches nothing says so.
+    """
 
     label = "prometheus"
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, selector: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.matchers = selector_matchers(selector)
         self._http = _Http(timeout)
+
+    @property
+    def scope(self) -> str:
+        """How the queries are scoped, for messages and records."""
+        return f"selector {{{self.matchers}}}" if self.matchers else "no selector"
 
     def query(self, promql: str, at: float | None = None) -> list[Sample]:
         """Instant query -> ``(metric name, labels, value)`` for each series of the vector."""
@@ -204,16 +242,19 @@ class Prometheus:
             out.append((name, labels, float(series["value"][1])))
         return out
 
-    def _memory_samples(self, template: str = "{m}") -> list[Sample]:
+    def _memory_samples(self) -> list[Sample]:
         out: list[Sample] = []
         for metric in (USED, FREE, RESERVED):
             out.extend((metric, labels, value) for _, labels, value in
-                       self.query(template.format(m=metric)))
+                       self.query(scoped(metric, self.matchers)))
         return out
 
     def facts(self) -> list[NodeFacts]:
-        """Node facts from the dcgm series Prometheus holds."""
+        """Node facts from the dcgm series Prometheus holds (within the selector)."""
         nodes = nodes_from_samples(self._memory_samples(), f"prometheus:{shown(self.url)}")
+        if not nodes and self.matchers:
+            raise RemoteError(f"the selector {{{self.matchers}}} matched no GPU series "
+                              f"({USED}) at Prometheus {shown(self.url)}")
         if not nodes:
             raise RemoteError(f"Prometheus at {shown(self.url)} holds no {USED} series: is it "
                               "scraping dcgm-exporter?")
@@ -227,13 +268,29 @@ class Prometheus:
         """``node/gpuN`` -> highest used bytes Prometheus recorded in ``[start, end]``."""
         window = max(1, math.ceil(end - start))
         samples = [(USED, labels, value) for _, labels, value in
-                   self.query(f"max_over_time({USED}[{window}s])", at=end)]
+                   self.query(f"max_over_time({scoped(USED, self.matchers)}[{window}s])",
+                              at=end)]
         return {k: used for k, (used, _) in memory_from_samples(samples).items()}
 
+    def snapshot(self, names: Iterable[str] = VLLM_GAUGES, at: float | None = None,
+                 ) -> "Snapshot":
+        """The vLLM series ``names`` (sample names, e.g. ``vllm:prompt_tokens_total``) within
+        the selector as a :class:`~pytest_k3accept.observe.metrics.Snapshot`: the same
+        accessors as a direct ``/metrics`` scrape, so both paths give the same figures."""
+        from ..metrics import Snapshot
+
+        pattern = "|".join(re.escape(n) for n in names)
+        matchers = ",".join(m for m in (f'__name__=~"{pattern}"', self.matchers) if m)
+        return Snapshot.from_samples(self.query(f"{{{matchers}}}", at=at),
+                                     time.time() if at is None else at)
+
+    def kv_cache_usage_per_engine(self) -> dict[str, float]:
+        """``vllm:kv_cache_usage_perc`` (or the older ``gpu_cache_usage_perc``) per engine."""
+        return self.snapshot().kv_cache_usage_per_engine()
+
     def kv_cache_usage(self) -> float | None:
-        """Highest ``vllm:kv_cache_usage_perc`` over the series Prometheus holds (0..1)."""
-        values = [v for _, _, v in self.query("vllm:kv_cache_usage_perc") if not math.isnan(v)]
-        return max(values) if values else None
+        """``vllm:kv_cache_usage_perc`` of the fullest engine within the selector (0..1)."""
+        return self.snapshot().kv_cache_usage()
 
     def close(self) -> None:
         """Close the kept HTTP client."""

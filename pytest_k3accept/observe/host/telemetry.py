@@ -6,7 +6,9 @@ keeps the last ``max_samples`` readings per GPU, and tracks the peak over the wh
 peak is exact even after old samples are dropped). ``headroom`` is ``1 - peak / total`` per
 GPU. When no GPU source exists it says so (``available`` False, ``reason``) and can instead
 sample vLLM's own ``kv_cache_usage_perc``: that is KV-cache usage, *not* GPU memory, and is
-labelled so everywhere (``kind == "kv-cache-usage"``).
+labelled so everywhere (``kind == "kv-cache-usage"``). A KV reader may return one fraction or
+one per engine (``{"0": 0.95, "1": 0.86}``, a data-parallel server): the figure is then the
+fullest engine's, and with more than one engine each is kept too (``kv_cache_usage_perc/engineN``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 GPU_MEMORY, KV_USAGE, NONE = "gpu-memory", "kv-cache-usage", "none"
 GIB = 1024 ** 3
+KV_KEY = "kv_cache_usage_perc"
+#: what a KV reader returns: one fraction, one per engine, or None (no reading)
+KvReading = float | Mapping[str, float] | None
 
 
 class MemorySource(Protocol):
@@ -38,7 +43,7 @@ class GpuTelemetry:
 
     def __init__(self, source: MemorySource | None, interval: float = 0.5,
                  max_samples: int = 10_000, reason: str | None = None,
-                 kv_reader: Callable[[], float | None] | None = None,
+                 kv_reader: Callable[[], KvReading] | None = None,
                  kv_label: str = "") -> None:
         self.source = source
         self.interval = max(0.01, float(interval))
@@ -122,8 +127,7 @@ class GpuTelemetry:
             if self.source is not None:
                 reading = dict(self.source.read())
             elif self._kv_reader is not None:
-                value = self._kv_reader()
-                reading = {} if value is None else {"kv_cache_usage_perc": (value, None)}
+                reading = kv_reading(self._kv_reader())
             else:
                 return {}
         except Exception as exc:
@@ -169,6 +173,12 @@ class GpuTelemetry:
             out[key] = (1.0 - peak / total) if total else None
         return out
 
+    def engine_peaks(self) -> dict[str, float]:
+        """Engine -> peak KV usage, when a data-parallel server reported several engines."""
+        prefix = KV_KEY + "/engine"
+        return {k[len(prefix):]: v for k, v in sorted(self.peak.items())
+                if k.startswith(prefix)}
+
     @property
     def samples(self) -> int:
         """How many readings were taken (including ones no longer retained)."""
@@ -185,8 +195,10 @@ class GpuTelemetry:
             data.update(peak_bytes={k: int(v) for k, v in self.peak.items()},
                         total_bytes=self.total, headroom=self.headroom)
         elif self.kind == KV_USAGE:
-            data.update(kv_cache_usage_peak=self.peak.get("kv_cache_usage_perc"),
-                        note="vLLM kv_cache_usage_perc: KV-cache usage, NOT GPU memory")
+            data.update(kv_cache_usage_peak=self.peak.get(KV_KEY),
+                        kv_cache_usage_peak_per_engine=self.engine_peaks(),
+                        note="vLLM kv_cache_usage_perc: KV-cache usage, NOT GPU memory "
+                             "(the fullest engine's)")
         return data
 
     def describe(self) -> str:
@@ -200,15 +212,35 @@ class GpuTelemetry:
             return f"GPU memory ({self.source_label}, {self._count} samples): " + (
                 "; ".join(parts) or "no reading")
         if self.kind == KV_USAGE:
-            kv = self.peak.get("kv_cache_usage_perc")
+            kv = self.peak.get(KV_KEY)
             shown = "no reading" if kv is None else f"peak {kv:.1%}"
+            engines = self.engine_peaks()
+            if engines:
+                shown += " (fullest engine; " + ", ".join(
+                    f"engine {e} {v:.1%}" for e, v in engines.items()) + ")"
             return (f"no GPU memory source ({self.reason}); vLLM KV-cache usage (NOT GPU "
                     f"memory, from {self.source_label}): {shown}")
         return f"no GPU memory source: {self.reason}"
 
 
+def kv_reading(value: KvReading) -> dict[str, tuple[float, int | None]]:
+    """A KV reader's answer as telemetry readings: the fullest engine under
+    :data:`KV_KEY`, each engine under ``KV_KEY/engineN`` when there are several."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        return {KV_KEY: (float(value), None)}
+    if not value:
+        return {}
+    out: dict[str, tuple[float, int | None]] = {KV_KEY: (max(value.values()), None)}
+    if len(value) > 1:
+        out.update({f"{KV_KEY}/engine{e}": (float(v), None) for e, v in value.items()})
+    return out
+
+
 def pick_source(dcgm_url: str | None = None, prometheus_url: str | None = None,
                 nvml_module: Any = None, timeout: float = 10.0,
+                prometheus_selector: str | None = None,
                 ) -> tuple[MemorySource | None, str | None]:
     """The first memory source that answers: dcgm-exporter and Prometheus when given (they
     name the deployment's GPUs explicitly), then local NVML.
@@ -219,16 +251,20 @@ def pick_source(dcgm_url: str | None = None, prometheus_url: str | None = None,
     from .remote import Dcgm, Prometheus, RemoteError, shown
 
     why: list[str] = []
-    for url, cls in ((dcgm_url, Dcgm), (prometheus_url, Prometheus)):
-        if not url:
-            continue
-        remote = cls(url, timeout=timeout)
+    remotes: list[Dcgm | Prometheus] = []
+    if dcgm_url:
+        remotes.append(Dcgm(dcgm_url, timeout=timeout))
+    if prometheus_url:
+        remotes.append(Prometheus(prometheus_url, timeout=timeout, selector=prometheus_selector))
+    for remote in remotes:
         try:
             if remote.read():
                 return remote, None
-            why.append(f"{cls.label} at {shown(url)}: no DCGM_FI_DEV_FB_USED series")
+            scope = f" ({remote.scope})" if isinstance(remote, Prometheus) else ""
+            why.append(f"{remote.label} at {shown(remote.url)}{scope}: no "
+                       "DCGM_FI_DEV_FB_USED series")
         except RemoteError as exc:
-            why.append(f"{cls.label}: {exc}")
+            why.append(f"{remote.label}: {exc}")
     local = NvmlMemory(nvml_module)
     if local.available:
         return local, None
