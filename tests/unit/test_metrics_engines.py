@@ -365,3 +365,20 @@ def test_prometheus_selector_setting() -> None:
     assert make().prometheus_selector is None
     with pytest.raises(pytest.UsageError, match="--k3-prometheus-selector: not a PromQL"):
         make(k3_prometheus_selector="k3")
+
+
+def test_load_result_line_names_each_engine_and_unknowns() -> None:
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.result import LoadResult
+    from pytest_k3accept.observe.load.stats import summarize
+
+    srv = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-under-load.txt",
+                      "vllm-0.32-dp2-under-load.txt", ok=0)
+    result = LoadResult(LoadProfile(name="dp2"), [], 1.0, 0.0, "requests", 0,
+                        summarize([], 1.0), {"mean": 0.0, "max": 0.0}, "http://x", "chat",
+                        {}, server=srv)
+    assert result.peak_kv_usage == KV["0"]
+    assert ("peak KV 95.2% (fullest engine; engine 0 95.2%, engine 1 85.7%), 0 preemptions"
+            in result.line())
+    result.server = {**srv, "peak_kv_usage": None, "preemptions": None, "per_engine": {}}
+    assert "peak KV unknown, unknown preemptions" in result.line()

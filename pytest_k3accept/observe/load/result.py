@@ -129,8 +129,12 @@ class LoadResult:
         e2e = s["e2e"]["p99"] if s["e2e"] else None
         srv = ""
         if self.server:
-            srv = (f", peak KV {self.server['peak_kv_usage'] or 0:.1%}, "
-                   f"{self.server['preemptions']:.0f} preemptions")
+            kv, pre = self.server.get("peak_kv_usage"), self.server.get("preemptions")
+            engines = self.server.get("per_engine") or {}
+            each = ", ".join(f"engine {e} {_pct(v.get('peak_kv_usage'))}"
+                             for e, v in engines.items()) if len(engines) > 1 else ""
+            srv = (f", peak KV {_pct(kv)}{f' (fullest engine; {each})' if each else ''}, "
+                   f"{'unknown' if pre is None else f'{pre:.0f}'} preemptions")
         return (f"{self.profile.name}: {s['ok']}/{s['requests']} ok ({s['errors']} errors) in "
                 f"{self.elapsed:.1f} s, {s['request_throughput']:.2f} req/s, TTFT p99 "
                 f"{_s(ttft)}, e2e p99 {_s(e2e)}, concurrency {self.achieved_concurrency['mean']:.1f} "
@@ -148,6 +152,10 @@ class LoadResult:
         if records:
             out["records"] = [_compact(r) for r in self.records]
         return out
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1%}"
 
 
 def _s(v: float | None) -> str:
