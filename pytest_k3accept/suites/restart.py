@@ -168,7 +168,8 @@ def run_restart(launch: str, *, artifacts: Path, api_key: str | None, requests: 
                 ) -> RestartResult:
     """Start a copy of ``launch``, crash it under a burst, restart it, measure recovery.
     Every process it starts is stopped before it returns."""
-    from ..observe.endpoint.discover import EndpointError, auth_headers, discover
+    from ..observe.endpoint.auth import auth_headers
+    from ..observe.endpoint.discover import EndpointError, discover
     from ..observe.metrics import MetricsUnavailable
     from ..output.redact import Redactor
     from ..observe.server.relaunch import Relauncher

@@ -63,7 +63,7 @@ async def shape_of(client: "K3Client", rs: "RequestSet", block_size: int) -> Pre
 
 async def live_config(base_url: str, api_key: str | None, timeout: float) -> dict[str, str]:
     """``vllm:cache_config_info`` labels of a server; :class:`ABError` without metrics."""
-    from ...observe.endpoint.discover import auth_headers
+    from ...observe.endpoint.auth import auth_headers
     from ...observe.metrics import MetricsScraper, MetricsUnavailable
 
     try:
@@ -78,7 +78,7 @@ async def run_side(side: Side, rs: "RequestSet", *, api_key: str | None, timeout
                    config: dict[str, str]) -> Arm:
     """Run ``rs`` once on one side and return its figures."""
     from ...observe.endpoint.client import K3Client
-    from ...observe.endpoint.discover import auth_headers
+    from ...observe.endpoint.auth import auth_headers
     from ...observe.load.profile import LoadProfile
     from ...observe.load.runner import run_load
     from ...observe.metrics import MetricsScraper

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from . import untrusted as U
-from .discover import auth_headers
+from .auth import auth_headers
 from .faults import classify_exception, describe_exception
 from .transport import PostStream, raw_chunks
 

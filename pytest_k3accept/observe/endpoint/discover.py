@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import untrusted as U
+from .auth import auth_headers
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -28,11 +29,6 @@ class EndpointError(Exception):
     def __init__(self, message: str, kind: str = "endpoint") -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The ``Authorization`` header for a key, or nothing."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .requestset import ChatRequest, RequestSet, RequestSetError, _tools
+from .chat import ChatRequest, RequestSet, RequestSetError, _tools
 
 
 def expand_agent_set(data: Mapping[str, Any], source: str = "<agent set>") -> RequestSet:
