@@ -76,6 +76,11 @@ _VERSION = re.compile(r"(?:vLLM API server version|LLM engine \(v|[\u2580-\u259f
                       r"(\d+\.\d+\.\d+[\w.+-]*)")
 _ACCESS_OK = re.compile(r'"POST\s+(/v1/(?:chat/)?completions|/v1/responses|/v1/messages|'
                         r'/inference/v1/generate)\S*\s+HTTP/[\d.]+"\s+200\b')
+#: a line without one of these words cannot match any pattern above (a cheap first test: most
+#: lines of a long log are request and stats lines)
+_ANY = ("non-default args", "version", "load model", "weights took", "loading took", "kv cache",
+        "gpu blocks", "init engine", "starting vllm", "uvicorn running", "startup complete",
+        "maximum concurrency", "engine (v")
 #: repeated by every worker: keep the latest occurrence until the next phase begins
 _LATEST_UNTIL = {"weights_loaded": "kv_cache_sized", "engine_init_done": "api_listening"}
 
@@ -183,14 +188,17 @@ class Timeline:
     def feed(self, line: LogLine) -> None:
         """Take one log line into account."""
         text = line.text
-        for key, patterns in _PATTERNS.items():
-            for pat in patterns:
-                m = pat.search(text)
-                if m:
-                    self._hit(key, m, line)
-                    break
-        self._extras(line)
-        ok = _ACCESS_OK.search(text) if "first_response" not in self.events else None
+        low = text.lower()
+        if any(word in low for word in _ANY):
+            for key, patterns in _PATTERNS.items():
+                for pat in patterns:
+                    m = pat.search(text)
+                    if m:
+                        self._hit(key, m, line)
+                        break
+            self._extras(line)
+        ok = _ACCESS_OK.search(text) if "first_response" not in self.events and \
+            "POST" in text else None
         if ok:
             at, source = _dated(line)
             self.events["first_response"] = Event(

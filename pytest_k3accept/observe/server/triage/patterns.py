@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "PROCESS_START", "RULES", "HINTS", "FRAME", "TRACEBACK", "unwrap", "wrapped_match"]
+__all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME", "TRACEBACK", "unwrap", "wrapped_match"]
 
 #: the stages a server goes through, in order (index = stage number)
 STAGES = ("before-loading", "loading", "kv-sizing", "after-init", "serving")
@@ -126,6 +126,33 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
 
 #: the API server's first lines: what came before them belongs to another process
 PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
+#: every line a rule of RULES can match contains one of these (lower case): the cheap test that
+#: lets the many lines of a long log that match nothing skip the rules (tests check it on the
+#: corpus; a new rule adds its words here)
+TRIGGERS = (
+    "memory", "oom", "ray killed", "max seq len", "cache blocks", "auto-fit", "kv_cache",
+    "cache_size_invalid", "not enough", "driver", "kernel image", "forward compatibility",
+    "device function", "cuda gpus", "libcuda", "not yet initialized", "device type",
+    "torchvision", "error:", "validation error", "max_model_len", "divisible", "already in use",
+    "model identifier", "repository", "does not appear", "not found", "can't open", "errno",
+    "quantization method", "not supported", "hfvalidationerror", "gated repo", "401 client",
+    "allocate", "resource_exhausted", "illegal", "misaligned", "device-side", "segmentation",
+    "fatal", "launch failure", "xid", "gpu is lost", "off the bus", "nccl", "watchdog",
+    "heartbeat", "distbackend", "ibv_", "rdma", "mlx5", "deepep", "pplx", "nvshmem", "all2all",
+    "all-to-all", "alltoall", "gloo", "tcpstore", "c10d", "rendezvous", "rpc call",
+    "shm_broadcast", "broadcast block", "timeouterror", "actordied", "raysystem",
+    "connection reset", "importerror", "modulenotfound", "undefined symbol", "killed", "137",
+    "-9", "sigkill", "signal 9", "engine", "died", "worker failed", "dead", "background loop",
+    "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
+    "frontend process", "core dumped")
+
+
+def may_match(text: str) -> bool:
+    """False when no rule of :data:`RULES` can match ``text`` (see :data:`TRIGGERS`)."""
+    low = text.lower()
+    return any(word in low for word in TRIGGERS)
+
+
 FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?'
                    r'\s*File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)", _I)

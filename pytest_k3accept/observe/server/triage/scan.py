@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, RULES, TRACEBACK, \
-    unwrap, wrapped_match
+    may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -64,7 +64,7 @@ class Scanner:
     stage: int = 0
     lines: int = 0  # lines of the latest start
     total_lines: int = 0
-    vllm_lines: int = 0
+    vllm_lines: int = 0  # 0 or 1: whether any line looked like vLLM's
     unreadable_lines: int = 0
     last_lineno: int = 0
     last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
@@ -110,10 +110,10 @@ class Scanner:
                 self._reset()  # a new start: what came before is another process's
         self.lines += 1
         text = unwrap(line.text)
-        if _VLLM_LIKE.search(text):
-            self.vllm_lines += 1
+        if not self.vllm_lines and _VLLM_LIKE.search(text):
+            self.vllm_lines = 1  # only "none at all" matters
         self._hints(text)
-        level = log_level(text)
+        level = "INFO" if text.startswith(("INFO:", "DEBUG:")) else log_level(text)  # uvicorn
         if ACCESS_5XX.search(text):
             self.tail.append(line)
         elif level in _QUIET:
@@ -148,8 +148,12 @@ class Scanner:
             self._raise(self._tb_stage)
 
     def _rules(self, line: LogLine, text: str) -> None:
+        # a terminal wrapped the previous line mid-word: try the two halves joined
+        wrapped = text[:1].isalnum() and not text[:1].isupper() and self._prev[-1:].isalnum()
+        if not may_match(self._prev[-120:] + text if wrapped else text):
+            return
         for rule, kind, tier, pat in RULES:
-            if pat.search(text) or wrapped_match(pat, self._prev, text):
+            if pat.search(text) or (wrapped and wrapped_match(pat, self._prev, text)):
                 hit = Hit(rule, kind, tier, self._order, line, text, self.stage)
                 (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
                 return
