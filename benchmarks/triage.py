@@ -1,0 +1,113 @@
+"""Triage accuracy on the corpus of real vLLM logs: per category, confusion table, per split.
+
+``python benchmarks/triage.py [--corpus PATH] [--markdown]`` classifies every case of
+``tests/data/triage/cases.jsonl`` (the excerpt, with the exit code the source states) with
+the same classifier ``--k3-launch``, ``--k3-server-log`` and ``k3accept triage`` use, and
+prints: accuracy overall and per split, accuracy per expected category, the confusion table
+(rows: the label, columns: the answer), the confusions between ``loading``,
+``kv-capacity-at-init`` and ``serving-oom`` (the split the verdict rests on), the phase
+accuracy on the cases that label one, and every miss. Splits (see the corpus README):
+``tune`` (seen while writing the rules), ``tune-2`` (added after round 1 was frozen, then
+used for round 2), ``heldout`` (added after round 2 was frozen, never tuned on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_k3accept.observe.server.classify import CATEGORIES, classify  # noqa: E402
+
+CRITICAL = ("loading", "kv-capacity-at-init", "serving-oom")
+SHORT = {"environment": "env", "loading": "load", "kv-capacity-at-init": "kv", "serving": "serv",
+         "serving-oom": "s-oom", "host-oom": "h-oom", "connection": "conn", "killed": "kill",
+         "config": "cfg", "unknown": "unk", "none": "none"}
+
+
+def run(corpus: Path) -> list[dict[str, Any]]:
+    """Each case with the classifier's answer (``got``, ``got_stage``) added."""
+    rows = []
+    for line in corpus.read_text("utf-8").splitlines():
+        if not line.strip():
+            continue
+        case = json.loads(line)
+        cls = classify(case["log"], exit_code=case["exit_code"], ended=True)
+        rows.append({**case, "got": cls.category, "got_stage": cls.stage})
+    return rows
+
+
+def _pct(ok: int, n: int) -> str:
+    return f"{ok}/{n} ({100 * ok / n:.0f} %)" if n else "-"
+
+
+def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
+    """The figures as text (or Markdown tables)."""
+    out: list[str] = []
+    ok = [r for r in rows if r["got"] == r["expected"]]
+    out.append(f"overall: {_pct(len(ok), len(rows))}")
+    for split in ("tune", "tune-2", "heldout"):
+        part = [r for r in rows if r["split"] == split]
+        out.append(f"{split}: {_pct(sum(r['got'] == r['expected'] for r in part), len(part))}")
+    staged = [r for r in rows if r.get("phase")]
+    out.append(f"phase (cases that label one): "
+               f"{_pct(sum(r['got_stage'] == r['phase'] for r in staged), len(staged))}")
+    critical = [r for r in rows if r["expected"] in CRITICAL and r["got"] in CRITICAL
+                and r["got"] != r["expected"]]
+    out.append(f"confused between {', '.join(CRITICAL)}: {len(critical)}")
+    out.append("")
+    by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_cat[r["expected"]].append(r)
+    if markdown:
+        out += ["| category | cases | right | held-out right |", "|---|---:|---:|---:|"]
+    for cat in CATEGORIES:
+        part = by_cat.get(cat, [])
+        held = [r for r in part if r["split"] == "heldout"]
+        right, held_right = (sum(r["got"] == cat for r in p) for p in (part, held))
+        if markdown:
+            out.append(f"| {cat} | {len(part)} | {right} | {held_right}/{len(held)} |")
+        else:
+            out.append(f"  {cat:<20} {_pct(right, len(part)):>14}   held-out "
+                       f"{held_right}/{len(held)}")
+    out.append("")
+    counts = Counter((r["expected"], r["got"]) for r in rows)
+    cols = [SHORT[c] for c in CATEGORIES]
+    if markdown:
+        out += ["| label \\ answer | " + " | ".join(cols) + " |",
+                "|---|" + "---:|" * len(cols)]
+        for cat in CATEGORIES:
+            cells = [str(counts[(cat, g)] or "") for g in CATEGORIES]
+            out.append(f"| {cat} | " + " | ".join(cells) + " |")
+    else:
+        out.append("confusion (rows: label, columns: answer)")
+        out.append(" " * 21 + " ".join(f"{c:>5}" for c in cols))
+        for cat in CATEGORIES:
+            out.append(f"  {cat:<19}" + " ".join(f"{counts[(cat, g)] or '.':>5}"
+                                                 for g in CATEGORIES))
+    misses = [r for r in rows if r["got"] != r["expected"]]
+    if misses:
+        out += ["", "misses:"]
+        out += [f"  [{r['split']}] {r['id']}: expected {r['expected']}, got {r['got']}"
+                for r in misses]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path,
+                        default=ROOT / "tests" / "data" / "triage" / "cases.jsonl")
+    parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
+    args = parser.parse_args(argv)
+    print(report(run(args.corpus), markdown=args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
