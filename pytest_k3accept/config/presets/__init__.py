@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...checks.slo import SLOError, suggest
 from ._fields import from_mapping
+from .derive import preset_from_recipe
 from .model import (DEFAULT, HERE, INTERCONNECTS, PREFIX_MODES, Environment, Preset, PresetError,
                     Server, Suites, Targets)
 
@@ -61,5 +62,5 @@ def load_preset(name_or_path: str | Path) -> Preset:
 
 
 __all__ = ["Preset", "PresetError", "Environment", "Server", "Targets", "Suites",
-           "load_preset", "resolve", "shipped", "from_mapping", "DEFAULT", "HERE",
+           "load_preset", "resolve", "shipped", "from_mapping", "preset_from_recipe", "DEFAULT", "HERE",
            "INTERCONNECTS", "PREFIX_MODES", "SLOError"]
