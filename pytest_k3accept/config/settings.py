@@ -122,6 +122,14 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PATH"),
     Option("--k3-preset", "deployment preset: a name shipped with the plugin (default "
            "'kimi-k3') or a path to a preset file", default="kimi-k3", metavar="NAME|PATH"),
+    # the official vLLM recipe: the preset's deployment expectations from one of its profiles
+    Option("--k3-recipe", "official vLLM recipe YAML (vllm-project/recipes models/<org>/"
+           "<model>.yaml): the deployment expectations come from its profile for "
+           "--k3-hardware / --k3-strategy", env="K3ACCEPT_RECIPE", metavar="FILE"),
+    Option("--k3-hardware", "hardware of the recipe profile, as the recipe names it (default: "
+           "the recipe's default_hardware)", env="K3ACCEPT_HARDWARE", metavar="NAME"),
+    Option("--k3-strategy", "serving strategy of the recipe profile, as the recipe names it "
+           "(default: the recipe's default_strategy)", env="K3ACCEPT_STRATEGY", metavar="NAME"),
     Option("--k3-record", "write the reproduction record (JSON) to PATH", metavar="PATH"),
     Option("--k3-artifacts", "directory for server logs, charts and screenshots",
            default="artifacts", metavar="DIR"),
@@ -148,6 +156,9 @@ class Settings:
     gpu_interval: float = 0.5
     profile: Path | None = None
     preset: str = "kimi-k3"
+    recipe: Path | None = None
+    hardware: str | None = None
+    strategy: str | None = None
     record: Path | None = None
     artifacts: Path = Path("artifacts")
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -238,6 +249,9 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
         gpu_interval=values["k3_gpu_interval"],
         profile=Path(values["k3_profile"]) if values["k3_profile"] else None,
         preset=values["k3_preset"],
+        recipe=Path(values["k3_recipe"]) if values["k3_recipe"] else None,
+        hardware=values["k3_hardware"] or None,
+        strategy=values["k3_strategy"] or None,
         record=Path(values["k3_record"]) if values["k3_record"] else None,
         artifacts=Path(values["k3_artifacts"]),
     )

@@ -1,0 +1,59 @@
+"""``--k3-recipe`` as users meet it, without a server: the preset the ready suites check is
+derived from the official recipe's profile; a bad recipe stops the run naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+RECIPE = Path(__file__).resolve().parents[1] / "data" / "recipes" / "Kimi-K3.2026-08-15.yaml"
+
+READ_PRESET = """
+def test_expectations_from_the_recipe(k3_preset, k3_recipe):
+    env, srv = k3_preset.environment, k3_preset.server
+    assert (env.driver_min, env.cuda_major, env.gpus) == ("580", 13, 8)
+    assert srv.max_model_len == 32768 and srv.prefix_caching == "any"
+    assert (srv.enable_expert_parallel, srv.min_tensor_parallel_size) == (False, 8)
+    assert srv.min_data_parallel_size is None
+    assert srv.tool_call_parser == "kimi_k3"
+    assert srv.all2all_backends["rdma"] == ("deepep_v2",)
+    assert k3_preset.targets.context_tokens < 32768
+    assert k3_recipe.label() == "h200/single_node_tp"
+    assert k3_recipe.image == "vllm/vllm-openai:kimi-k3"
+    assert k3_recipe.arg("--moe-backend") == "marlin"
+"""
+
+
+def test_the_preset_is_derived_from_the_recipe(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_recipe_preset=READ_PRESET)
+    result = pytester.runpytest("--k3-recipe", str(RECIPE), "--k3-hardware", "h200",
+                                "--k3-record", "rec.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert f"k3accept recipe: {RECIPE} (Kimi-K3, date_updated 2026-08-15" in out
+    assert "launch timeout 3600 s (the recipe's VLLM_ENGINE_READY_TIMEOUT_S 3600 s" in out
+    rec = json.loads((pytester.path / "rec.json").read_text())
+    text = json.dumps(rec)
+    assert "2026-08-15" in text and "flashinfer_nvlink_one_sided" in text
+    shorter = pytester.runpytest("--k3-recipe", str(RECIPE), "--k3-hardware", "h200",
+                                 "--k3-launch-timeout", "600", "-p", "no:cacheprovider")
+    shorter.assert_outcomes(passed=1)
+    assert ("launch timeout 600 s from --k3-launch-timeout is SHORTER than the recipe's "
+            "VLLM_ENGINE_READY_TIMEOUT_S 3600 s for h200/single_node_tp") in shorter.stdout.str()
+
+
+def test_a_bad_recipe_or_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--k3-recipe", str(RECIPE), "--k3-hardware", "a100",
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert str(RECIPE) in err and "it has: h200, b200, b300, gb200, gb300, mi355x" in err
+    pytester.makefile(".yaml", broken="meta:\n  title: [unclosed\n")
+    result = pytester.runpytest("--k3-recipe", "broken.yaml", "--k3-launch-timeout", "60",
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "broken.yaml: not valid YAML" in result.stderr.str()
