@@ -156,7 +156,8 @@ def test_classify_consumes_an_iterator_once_and_keeps_bounded_state() -> None:
 
 WRAPPERS = [
     "vllm-1  | (Worker pid=8) ERROR 11-29 23:51:37 [x.py:1] ",  # docker compose
-    "2025-06-01T10:00:00.123456789Z (EngineCore_DP0 pid=7) ERROR 11-29 23:51:37 [x.py:1] ",  # kubectl
+    # kubectl logs --timestamps
+    "2025-06-01T10:00:00.123456789Z (EngineCore_DP0 pid=7) ERROR 11-29 23:51:37 [x.py:1] ",
     "Dec 01 11:12:12 gpu-node vllm[4242]: ",  # journald
     "(RayWorkerWrapper pid=9, ip=10.0.0.2) (VllmWorker rank=1 pid=10) ",  # Ray, nested
     "\x1b[1;36m(VllmWorker TP0 pid=8)\x1b[0m ",  # ANSI escapes
@@ -185,3 +186,13 @@ def test_every_rule_match_in_the_corpus_passes_the_cheap_trigger_test() -> None:
             text = unwrap(piece.text)
             if any(pat.search(text) for _, _, _, pat in RULES):
                 assert may_match(text), text
+
+
+def test_init_seen_and_no_response_yet_is_after_init_even_with_serving_frames() -> None:
+    frames = ("(EngineCore pid=7) ERROR 11-29 23:49:17 [core.py:1512]   File \"/x/vllm/v1/engine/"
+              "core.py\", line 9, in run_busy_loop\n")
+    fatal = "EngineCore encountered a fatal error.\n"
+    log = vllm_logs.HEAD16_DIES_AT_FIRST_REQUEST.replace(fatal, fatal + frames, 1)
+    cls = classify(log, exit_code=0)
+    assert (cls.category, cls.stage) == ("serving", "serving")
+    assert cls.phase == "after init, before any successful response"

@@ -192,6 +192,8 @@ def _phase_text(stage: int, tl: Timeline, http: HttpObservations) -> str:
     if stage >= AFTER_INIT and (http.first_success_at is not None
                                 or "first_response" in tl.events):
         return _FIRST_OK
+    if stage == SERVING and "engine_init_done" in tl.events:
+        return _PHASES[AFTER_INIT]  # init seen, no response yet: the first request's step
     return _PHASES[stage]
 
 

@@ -10,7 +10,8 @@ noted where it matters.
   ``date | LEVEL | stderr | ``, process tags of vLLM and Ray (``(EngineCore_DP0 pid=7)``,
   ``(VllmWorker TP0 pid=8)``, ``(RayWorkerWrapper pid=9, ip=...)``, nested), k9s's box
   border (``\u2502``), ANSI colour
-  codes and their remnants when the escape byte was lost (``[36m``). torch's ``[rank0]:`` is kept (it names the rank).
+  codes and their remnants when the escape byte was lost (``[36m``). torch's ``[rank0]:`` is
+  kept (it names the rank).
 * :data:`RULES`: (name, kind, tier, pattern). ``kind`` is a category, or ``oom`` (accelerator
   memory: the phase decides the category), ``fault`` (a kernel/device fault or a bug: the
   phase decides), ``killed`` (SIGKILL), ``fatal`` (the engine died: a consequence; the cause
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME", "TRACEBACK", "unwrap", "wrapped_match"]
+__all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+           "TRACEBACK", "unwrap", "wrapped_match"]
 
 #: the stages a server goes through, in order (index = stage number)
 STAGES = ("before-loading", "loading", "kv-sizing", "after-init", "serving")
@@ -31,7 +33,8 @@ BEFORE, LOADING, KV, AFTER_INIT, SERVING = range(5)
 
 _I = re.I
 _WRAPPERS = re.compile(
-    r"^(?:\s+|-\s|\u2502\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"  # spaces, bullets, ANSI (or remnants)
+    # spaces, bullets, k9s borders, ANSI codes (or their remnants)
+    r"^(?:\s+|-\s|\u2502\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"
     r"[\w.-]+\.log:(?=\[|\d)|"  # grep -H file name
     r"[\w.-]+\s+\|\s|"  # docker compose service
     r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s|"  # RFC 3339
@@ -170,14 +173,15 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                             r"Route: /v1/", _I)),
     (AFTER_INIT, re.compile(r':\d+ - "(?:GET|POST) /\S* HTTP/\d(?:\.\d)?" 5\d\d\b')),
     (SERVING, re.compile(r'"POST /\S*(?:completions|generate|messages|responses)\S* HTTP/\d'
-                         r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt throughput|Engine 0+: '
+                         r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt '
+                         r'throughput|Engine 0+: '
                          r'|Running: \d+ reqs|Dumping (?:scheduler output|input data)|Error in '
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
                          r'Exception in callback _log_task_completion|'
                          r'File "[^"]*(?:guided_decoding|xgrammar)|'
-                         r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|_continuation_prefill|'
-                         r'execute_model_async|_process_request)\b|'
+                         r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|'
+                         r'_continuation_prefill|execute_model_async|_process_request)\b|'
                          r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
