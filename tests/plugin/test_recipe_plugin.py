@@ -57,3 +57,29 @@ def test_a_bad_recipe_or_name_is_a_usage_error(pytester: pytest.Pytester) -> Non
                                 "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "broken.yaml: not valid YAML" in result.stderr.str()
+
+
+ARGS_LINE = ("(APIServer pid=1) INFO 12-01 10:00:00 [api_utils.py:286] non-default args: "
+             "{'model': 'moonshotai/Kimi-K3', 'trust_remote_code': True, 'max_model_len': 32768, "
+             "'tensor_parallel_size': 8, 'enable_auto_tool_choice': True, 'tool_call_parser': "
+             "'kimi_k3', 'reasoning_parser': 'kimi_k3', 'max_num_seqs': 5, 'moe_backend': "
+             "'marlin'}\n")
+
+
+def test_the_recipes_h200_default_passes_the_layout_check(pytester: pytest.Pytester) -> None:
+    """The recipe's own H200 default (TP8, no expert parallelism) fails the hand-written
+    kimi-k3 preset's layout check, passes the recipe-derived one, and one changed argument
+    (expert parallelism on) fails it with the recipe in the message."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (pytester.path / "ok.log").write_text(ARGS_LINE)
+    (pytester.path / "ep.log").write_text(ARGS_LINE.replace(
+        "'tensor_parallel_size': 8,", "'tensor_parallel_size': 8, 'enable_expert_parallel': True,"))
+    run = ("--pyargs", "pytest_k3accept.suites.platform", "-k", "parallel_layout",
+           "-p", "no:cacheprovider")
+    recipe = ("--k3-recipe", str(RECIPE), "--k3-hardware", "h200")
+    pytester.runpytest(*run, "--k3-server-log", "ok.log").assert_outcomes(failed=1)
+    pytester.runpytest(*run, *recipe, "--k3-server-log", "ok.log").assert_outcomes(passed=1)
+    changed = pytester.runpytest(*run, *recipe, "--k3-server-log", "ep.log")
+    changed.assert_outcomes(failed=1)
+    assert ("does not match the preset 'kimi-k3 + recipe Kimi-K3 2026-08-15 h200/single_node_tp'"
+            ": expert parallelism is on, the preset expects it off") in changed.stdout.str()

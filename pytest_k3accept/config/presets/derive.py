@@ -63,6 +63,7 @@ def preset_from_recipe(base: Preset, profile: Profile) -> Preset:
     desc = (f"{base.name} with the expectations of the recipe {where}, profile "
             f"{profile.label()}" + (f"; {'; '.join(notes)}" if notes else ""))
     return dataclasses.replace(
-        base, name=f"{base.name}@recipe:{recipe.slug or recipe.title}/{profile.label()}",
+        base, name=(f"{base.name} + recipe {recipe.title} {recipe.date_updated or 'undated'} "
+                    f"{profile.label()}"),
         description=desc, source=recipe.path, environment=env, server=server,
         targets=targets, suites=suites)
