@@ -145,9 +145,12 @@ def test_slo_breach_fails_with_measured_vs_required(pytester: pytest.Pytester,
     res.assert_outcomes(passed=1, failed=1)
     res.stdout.re_match_lines([r".*SLO breached by load 'default' at .*: ttft_p99 = "
                                r"[0-9.e-]+ s, required <= 1e-06 s"])
-    slo = evidence(pytester, "slo")
-    assert len(slo) == 1 and slo[0]["data"]["breaches"][0]["name"] == "ttft_p99"
-    assert len(evidence(pytester, "load")) == 2
+    slo = evidence(pytester, "slo")  # one judgement per run, each naming the run it judged
+    loads = evidence(pytester, "load")
+    assert len(loads) == 2 and len(slo) == 2
+    assert {s["data"]["run_id"] for s in slo} == {ld["data"]["run_id"] for ld in loads}
+    breached = [s for s in slo if not s["data"]["ok"]]
+    assert len(breached) == 1 and breached[0]["data"]["breaches"][0]["name"] == "ttft_p99"
 
 
 @pytest.mark.live
