@@ -102,9 +102,14 @@ def is_openmetrics(text: str, content_type: str | None = None) -> bool:
 def _escape_openmetrics(text: str) -> str:
     """The page with metric names underscore-escaped alike in metadata and samples (see the
     module docstring), counter families named without ``_total`` and their samples with it;
-    HELP/UNIT lines (not read) are dropped."""
+    HELP/UNIT lines (not read) are dropped, and so is a family's second block: vLLM 0.32 with
+    ``--api-server-count 2`` exports ``http_request_duration_highr_seconds`` twice (the
+    multiprocess collector's and the process' own), which the parser rejects ("Clashing
+    name")."""
     out: list[str] = []
     family, kind = "", ""
+    seen: set[str] = set()
+    repeated = False
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             parts = line.split(" ")
@@ -112,8 +117,12 @@ def _escape_openmetrics(text: str) -> str:
                 family, kind = parts[2].replace(":", "_"), parts[3]
                 if kind == "counter" and family.endswith("_total"):
                     family = family[:-len("_total")]
+                repeated = family in seen
+                seen.add(family)
                 line = f"# TYPE {family} {kind}"
-        elif line.startswith(("# HELP ", "# UNIT ")):
+            if repeated:
+                continue
+        elif line.startswith(("# HELP ", "# UNIT ")) or (repeated and line != "# EOF"):
             continue
         elif line and not line.startswith("#"):
             cut = next((i for i, c in enumerate(line) if c in "{ "), len(line))

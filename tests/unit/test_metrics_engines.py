@@ -382,3 +382,25 @@ def test_load_result_line_names_each_engine_and_unknowns() -> None:
             in result.line())
     result.server = {**srv, "peak_kv_usage": None, "preemptions": None, "per_engine": {}}
     assert "peak KV unknown, unknown preemptions" in result.line()
+
+
+def test_two_api_servers_multiprocess_pages() -> None:
+    """``--api-server-count 2 --data-parallel-size 2``: prometheus_client's multiprocess
+    collector merges both API server processes; engines stay apart, nothing is doubled."""
+    load = snap("vllm-0.32-dp2-api2-under-load.txt")
+    after = snap("vllm-0.32-dp2-api2-after-load.txt")
+    assert not any(n.startswith(("python_", "process_")) or n.endswith("_created")
+                   for n, _ in after.samples)
+    per_engine = {"0": 0.8571428571428572, "1": 0.8571428571428572}
+    assert load.kv_cache_usage_per_engine() == per_engine
+    assert load.kv_cache_usage() == per_engine["0"] and load.running() == 6.0
+    assert load.waiting() == 2.0
+    om_text = page("vllm-0.32-dp2-api2-under-load.openmetrics.txt")
+    # the real page repeats a family (http_request_duration_highr_seconds) in multiprocess mode
+    assert om_text.count("# TYPE http_request_duration_highr_seconds histogram") == 2
+    om = Snapshot.parse(om_text, content_type=OM)
+    assert om.engine_gauges() == load.engine_gauges()
+    d = after - empty()
+    assert d.prompt_tokens() == 2 * 2476 and d.generation_tokens() == 2 * 1600
+    assert d.preemptions() == 4 and d.successes()["length"] == 8
+    assert d.per_engine("vllm:num_preemptions_total") == {"0": 2, "1": 2}
