@@ -96,7 +96,7 @@ def is_openmetrics(text: str, content_type: str | None = None) -> bool:
     """True for an OpenMetrics page: so declared, or ending with ``# EOF``."""
     if content_type and "openmetrics" in content_type.lower():
         return True
-    return text.rstrip().endswith("# EOF")
+    return text[-256:].rstrip().endswith("# EOF")
 
 
 def _escape_openmetrics(text: str) -> str:
@@ -144,7 +144,7 @@ def _families(text: str, openmetrics: bool) -> Iterable[Sample]:
         return
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
 
-    if not text.rstrip().endswith("# EOF"):
+    if not is_openmetrics(text):
         raise ValueError("OpenMetrics page without the closing '# EOF' line (cut short?)")
     for family in om(_escape_openmetrics(text)):
         for s in family.samples:
@@ -412,6 +412,17 @@ class Delta:
             "missing": self.missing(),
             "aliased": dict(self.later.aliased),
         }
+
+
+def not_exported(families: Iterable[str], version: str | None = None) -> str:
+    """The sentence for figures that are unknown because the server does not export their
+    families (``as_dict()["missing"]``), e.g. "vllm:prefix_cache_hits not exported by this
+    server (vLLM 0.32.0): unknown, not zero"; ``""`` when none is missing."""
+    names = ", ".join(families)
+    if not names:
+        return ""
+    return (f"{names} not exported by this server (vLLM {version or 'version unknown'}): "
+            "unknown, not zero")
 
 
 #: the families :meth:`Delta.as_dict` records (sample names)

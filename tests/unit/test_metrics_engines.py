@@ -19,7 +19,7 @@ from pytest_k3accept.observe.host.remote import Prometheus, RemoteError, selecto
 from pytest_k3accept.observe.host.telemetry import GpuTelemetry
 from pytest_k3accept.observe.load import monitor
 from pytest_k3accept.observe.metrics import (MetricsScraper, MetricsUnavailable, Snapshot,
-                                             scan_engine_gauges, scan_gauges)
+                                             not_exported, scan_engine_gauges, scan_gauges)
 
 DATA = Path(__file__).parent.parent / "data" / "metrics"
 OM = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
@@ -317,6 +317,10 @@ def test_missing_families_are_unknown_not_zero() -> None:
     rec = d.as_dict()
     assert rec["preemptions"] is None and rec["prefix_cache_hit_rate"] is None
     assert rec["missing"] == ["vllm:num_preemptions", "vllm:prefix_cache_hits"]
+    assert not_exported(rec["missing"], "0.32.0") == (
+        "vllm:num_preemptions, vllm:prefix_cache_hits not exported by this server "
+        "(vLLM 0.32.0): unknown, not zero")
+    assert not_exported([]) == ""
     assert scan_engine_gauges(cut).get("kv") is None
 
 
