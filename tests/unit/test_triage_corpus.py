@@ -60,3 +60,12 @@ def test_case(case: dict[str, Any]) -> None:
         assert cls.stage == case["phase"], cls.phase
     if cls.failed:
         assert cls.evidence, "a failure quotes its evidence"
+
+
+def test_the_message_is_quoted_rather_than_the_frame_that_raised_it() -> None:
+    # found by tests/live/test_lifecycle.py on vLLM 0.32: the traceback's
+    # "_check_enough_kv_cache_memory(" line came first and was quoted instead of the ValueError
+    for case in CASES:
+        if "_check_enough_kv_cache_memory" in case["log"] and "max seq len" in case["log"]:
+            cls = classify(case["log"], exit_code=case["exit_code"], ended=True)
+            assert "max seq len" in cls.evidence[0].text, case["id"]

@@ -106,7 +106,8 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
     ("kv-cache-too-small", "kv-capacity-at-init", 1, re.compile(_KV, _I)),
     # the functions that raise the KV-capacity errors above, when the message itself was cut
-    ("kv-check-frame", "kv-capacity-at-init", 1, re.compile(
+    # (tier 2: the message, when it is there, is the line to quote)
+    ("kv-check-frame", "kv-capacity-at-init", 2, re.compile(
         r'(?:", line \d+, in |^\s*|\]\s+)(?:raise_if_cache_size_invalid|'
         r'_check_enough_kv_cache_memory)\b')),
     ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory", _I)),
