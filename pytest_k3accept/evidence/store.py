@@ -54,8 +54,19 @@ class RunState:
 
     def add(self, kind: str, summary: str, data: dict[str, Any] | None = None,
             nodeid: str = "") -> Evidence:
-        """Append and return a piece of evidence."""
-        ev = Evidence(kind=kind, summary=summary, data=dict(data or {}), nodeid=nodeid)
+        """Append and return a piece of evidence.
+
+        Plain data of a typed kind (:data:`~.kinds.TYPES`) that carries a ``run_id`` is
+        checked against its type here: a wrong shape raises TypeError naming the field, at
+        the call site. (Plain data without a run id, an older record's or a team's own, is
+        kept and read as before.)"""
+        from .kinds import TYPES
+
+        plain = dict(data or {})
+        typed = None
+        if kind in TYPES and "run_id" in plain:
+            typed = TYPES[kind].from_data(plain)  # type: ignore[attr-defined]
+        ev = Evidence(kind=kind, summary=summary, data=plain, nodeid=nodeid, typed=typed)
         self.evidence.append(ev)
         return ev
 

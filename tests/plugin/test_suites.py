@@ -180,7 +180,9 @@ def test_poc_on_the_testbed_ends_functional_only(pytester: pytest.Pytester,
                             "--k3-preset", "testbed")
     result.assert_outcomes(passed=3, skipped=7)
     st = statuses(rec)
-    assert (st["S1"], st["S2"], st["S3"]) == ("pass", "pass", "pass")
+    # S2 is decided by two tests here, one skipped (no parseable tool call from a random
+    # model): a pass beside a skip is a skip, never a pass
+    assert (st["S1"], st["S2"], st["S3"]) == ("pass", "skip", "pass")
     assert rec["verdict"]["name"] == "functional-only"
     assert "audience is POC: results are functional verification only" in rec["verdict"][
         "reasons"]
@@ -200,7 +202,7 @@ def test_poc_with_the_server_log_compares_parsers_with_the_preset(pytester: pyte
     result, rec = run_suite(pytester, "poc", *log, "--k3-preset", "testbed")
     result.assert_outcomes(passed=5, skipped=5)
     st = statuses(rec)
-    assert (st["C1"], st["C2"], st["S2"]) == ("pass", "pass", "pass")
+    assert (st["C1"], st["C2"], st["S2"]) == ("pass", "pass", "skip")  # S2: a pass and a skip
     [args] = [e["data"]["args"] for e in rec["evidence"] if e["kind"] == "server-args"]
     assert args["tool_call_parser"] == "hermes" and args["max_model_len"] == 2048
     assert rec["verdict"]["name"] == "functional-only"
