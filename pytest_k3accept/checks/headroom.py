@@ -174,7 +174,10 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
                        notes=tuple(notes), **common)
     peak = float(srv["peak_kv_usage"])
     free_kv = max(0.0, 1.0 - peak)
-    preempt = float(srv.get("preemptions") or 0.0)
+    preempt_known = srv.get("preemptions")
+    preempt = float(preempt_known or 0.0)
+    if preempt_known is None:
+        notes.append("preemptions not measured (vllm:num_preemptions not exported)")
     waiting = srv.get("sustained_waiting")
     if free_kv < min_free:
         how = (f"full: {preempt:g} preemptions, no sample caught the peak"

@@ -119,3 +119,15 @@ def test_arm_from_load_result() -> None:
     assert (a.hits, a.queries, a.cached_tokens, a.errors) == (256.0, 800.0, 256, 1)
     assert a.first_error == "HTTP 500: dead" and a.caching is True
     assert a.ttft_mean == 0.05 and a.peak_kv == 0.4
+
+
+def test_a_server_without_prefix_cache_counters_is_unknown_not_a_failing_cache() -> None:
+    """An older or Rust-frontend /metrics without the prefix-cache families: hits unknown,
+    so the A/B is incomplete, never 'the cache does not hit'."""
+    shape = prefix_shape([[1] * 600, [1] * 600, [1] * 600], block_size=16)
+    on = Arm("on", "http://on", {"enable_prefix_caching": "True"}, requests=3, ok=3,
+             measured=False)
+    off = Arm("off", "http://off", {"enable_prefix_caching": "False"}, requests=3, ok=3)
+    res = compare(on, off, shape)
+    assert res.status == INCOMPLETE and "unknown, not zero" in res.message
+    assert "does not hit" not in res.message

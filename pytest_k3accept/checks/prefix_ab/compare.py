@@ -50,6 +50,8 @@ class Arm:
     ttft_mean: float | None = None
     prefill_mean: float | None = None
     peak_kv: float | None = None
+    #: False when the server exported no prefix-cache counters (hits unknown, not 0)
+    measured: bool = True
 
     @property
     def caching(self) -> bool | None:
@@ -194,6 +196,10 @@ def compare(on: Arm | None, off: Arm | None, shape: PrefixShape,
         notes.append(f"the request set's prefixes do not repeat (longest shared prefix "
                      f"{shape.shared_tokens} tokens < one cache block of {shape.block_size}): "
                      "prefix caching cannot help this load")
+    elif on is not None and on.ok and not on.measured:
+        notes.append(f"the cache-on server {on.base_url} exports no prefix-cache counters "
+                     "(vllm:prefix_cache_hits / queries, or their older gpu_ names): hits are "
+                     "unknown, not zero")
     elif on is not None and on.ok and on.hits == 0:
         problems.append(
             f"prefix caching is on at {on.base_url} ({_config_words(on)}) but "
@@ -210,7 +216,9 @@ def compare(on: Arm | None, off: Arm | None, shape: PrefixShape,
     elif off is None:
         notes.append("no cache-off side: give a second --k3-endpoint started with "
                      "--no-enable-prefix-caching, or use --k3-launch (the plugin relaunches)")
-    status = FAIL if problems else (PASS if on is not None and off is not None else INCOMPLETE)
+    unknown = on is not None and not on.measured
+    status = FAIL if problems else (PASS if on is not None and off is not None and not unknown
+                                    else INCOMPLETE)
     return ABResult(status, _message(status, on, off, shape, problems, notes), shape,
                     on, off, notes, problems)
 
@@ -241,6 +249,7 @@ def arm_from_load(label: str, result: Any, cache_config: dict[str, str]) -> Arm:
                ok=int(s["ok"]), errors=int(s["errors"]), first_error=first,
                queries=float(srv.get("prefix_cache_queries") or 0.0),
                hits=float(srv.get("prefix_cache_hits") or 0.0),
+               measured=srv.get("prefix_cache_hits") is not None,
                cached_tokens=sum(cached) if cached else None,
                prompt_tokens=int(s["prompt_tokens"]),
                ttft_mean=(s.get("ttft") or {}).get("mean"),

@@ -114,7 +114,8 @@ class LoadResult:
             errors=int(s["errors"]),
             errors_by_kind={str(k): int(n) for k, n in (s.get("errors_by_kind") or {}).items()},
             prompt_tokens_p50=median, prompt_tokens_max=longest,
-            preemptions=None if self.server is None else float(srv.get("preemptions") or 0.0),
+            preemptions=(None if srv.get("preemptions") is None
+                         else float(srv["preemptions"])),
             peak_kv=None if peak is None else float(peak), peak_kv_from=srv.get("peak_kv_from"),
             gauge_samples=None if samples is None else int(samples),
             sustained_waiting=(None if srv.get("sustained_waiting") is None
