@@ -196,3 +196,15 @@ def test_init_seen_and_no_response_yet_is_after_init_even_with_serving_frames() 
     cls = classify(log, exit_code=0)
     assert (cls.category, cls.stage) == ("serving", "serving")
     assert cls.phase == "after init, before any successful response"
+
+
+def test_the_engine_core_line_is_quoted_not_the_workers_own_report() -> None:
+    # vLLM 0.32 live: each worker logs "WorkerProc hit an exception." before the engine core's
+    # "EngineCore encountered a fatal error." (tests/live/test_lifecycle.py quotes the latter)
+    worker = ("(Worker pid=12316) ERROR 11-29 23:49:17 [multiproc_executor.py:1063] WorkerProc "
+              "hit an exception.\n")
+    fatal = "(EngineCore pid=11944) ERROR 11-29 23:49:17 [core.py:1512] EngineCore encountered"
+    log = vllm_logs.HEAD16_DIES_AT_FIRST_REQUEST.replace(fatal, worker + fatal, 1)
+    assert worker in log
+    cls = classify(log, exit_code=0)
+    assert cls.evidence[0].text == "EngineCore encountered a fatal error."

@@ -99,7 +99,7 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
-          r"WorkerProc hit an exception|Engine core initialization failed|"
+          r"Engine core initialization failed|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)")
 
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
