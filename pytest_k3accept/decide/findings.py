@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from ..checks.slo import Breach
 from ..evidence.kinds import TYPES, HeadroomJudgement, LoadRun, SloJudgement
 from ..evidence.store import Evidence
 
@@ -234,11 +235,13 @@ def _slo_judged(run: Run, j: SloJudgement) -> Run:
 
 
 def _breach_line(b: Mapping[str, Any]) -> str:
-    op = ">=" if b.get("direction") == "min" else "<="
-    got = b.get("measured")
-    got_text = "not measured" if got is None else f"{got:.4g}" if isinstance(got, float) else got
-    unit = f" {b['unit']}" if b.get("unit") else ""
-    return f"{b.get('name', 'limit')} = {got_text}{unit}, required {op} {b.get('required')}{unit}"
+    """A breach as :class:`~pytest_k3accept.checks.slo.Breach` words it (measured vs
+    required); a mapping not in that shape (a team's own) is named only."""
+    try:
+        return str(Breach(b["name"], b["measured"], b["required"], b["direction"],
+                          b.get("unit", ""), b.get("note", "")))
+    except (KeyError, TypeError, ValueError):
+        return f"{b.get('name', 'limit')} breached"
 
 
 def _event_keys(data: Mapping[str, Any]) -> set[str]:
