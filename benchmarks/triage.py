@@ -7,8 +7,9 @@ prints: accuracy overall and per split, accuracy per expected category, the conf
 (rows: the label, columns: the answer), the confusions between ``loading``,
 ``kv-capacity-at-init`` and ``serving-oom`` (the split the verdict rests on), the phase
 accuracy on the cases that label one, and every miss. Splits (see the corpus README):
-``tune`` (seen while writing the rules), ``tune-2`` (added after round 1 was frozen, then
-used for round 2), ``heldout`` (added after round 2 was frozen, never tuned on).
+``tune``, ``tune-2``, ``tune-3`` ... (cases some round of rules was tuned on) and ``heldout-N``
+(added after the latest round was frozen, never tuned on); "held-out" figures count only the
+``heldout*`` splits.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def run(corpus: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _held_out(row: dict[str, Any]) -> bool:
+    return str(row["split"]).startswith("heldout")
+
+
 def _pct(ok: int, n: int) -> str:
     return f"{ok}/{n} ({100 * ok / n:.0f} %)" if n else "-"
 
@@ -52,9 +57,12 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     out: list[str] = []
     ok = [r for r in rows if r["got"] == r["expected"]]
     out.append(f"overall: {_pct(len(ok), len(rows))}")
-    for split in ("tune", "tune-2", "heldout"):
+    for split in dict.fromkeys(sorted(r["split"] for r in rows)):
         part = [r for r in rows if r["split"] == split]
         out.append(f"{split}: {_pct(sum(r['got'] == r['expected'] for r in part), len(part))}")
+    held = [r for r in rows if _held_out(r)]
+    held_ok = sum(r["got"] == r["expected"] for r in held)
+    out.append(f"held out (never tuned on): {_pct(held_ok, len(held))}")
     staged = [r for r in rows if r.get("phase")]
     out.append(f"phase (cases that label one): "
                f"{_pct(sum(r['got_stage'] == r['phase'] for r in staged), len(staged))}")
@@ -69,7 +77,7 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
         out += ["| category | cases | right | held-out right |", "|---|---:|---:|---:|"]
     for cat in CATEGORIES:
         part = by_cat.get(cat, [])
-        held = [r for r in part if r["split"] == "heldout"]
+        held = [r for r in part if _held_out(r)]
         right, held_right = (sum(r["got"] == cat for r in p) for p in (part, held))
         if markdown:
             out.append(f"| {cat} | {len(part)} | {right} | {held_right}/{len(held)} |")

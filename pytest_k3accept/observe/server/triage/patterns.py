@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
-           "TRACEBACK", "unwrap", "wrapped_match"]
+           "TRACEBACK", "NOT_EVIDENCE", "SPECULATION", "unwrap", "wrapped_match"]
 
 #: the stages a server goes through, in order (index = stage number)
 STAGES = ("before-loading", "loading", "kv-sizing", "after-init", "serving")
@@ -79,7 +79,8 @@ _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              r"oom-kill:|Memory cgroup out of memory|\bOOMKilled\b|oom_reaper")
 _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMemoryError|"
         r"Cannot allocate memory|RESOURCE_EXHAUSTED|alloc device memory failed|"
-        r"Memory_Allocation_Failure|out of memory \(OOM\)|CUDA error: out of memory")
+        r"Memory_Allocation_Failure|out of memory \(OOM\)|CUDA error: out of memory|"
+        r"Aborted due to the lack of CPU swap space")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
           r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus")
@@ -100,7 +101,8 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
           r"Engine core initialization failed|"
-          r"Frontend process failed during engine core|Aborted \(core dumped\)")
+          r"Frontend process failed during engine core|Aborted \(core dumped\)|"
+          r"The actor (?:is dead|died)\b")  # Ray: the actor's worker process is gone
 
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
@@ -121,12 +123,16 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
 )
-#: not evidence of anything: Ray's list of possible reasons for a dead worker, torch's shutdown
+#: not evidence of anything: Ray's "may have been killed by the OOM killer", torch's shutdown
 #: warnings, the source line of a ``raise`` in a traceback
 NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a traceback, not its message
                           r"(?:may|might|could) (?:have been|be|also be)\b.{0,80}\bOOM|"
-                          r"possibly (?:killed|due to)|destroy_process_group\(\) was not called|"
+                          r"possibly killed|destroy_process_group\(\) was not called|"
                           r"process group has NOT been destroyed", _I)
+#: where a line stops stating facts and starts guessing (Ray's "There are some potential root
+#: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
+#: to daemon threads"): the rules read only the text before it
+SPECULATION = re.compile(r"There are some potential root causes|possibly due to", _I)
 
 #: the API server's first lines: what came before them belongs to another process
 PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
@@ -148,7 +154,7 @@ TRIGGERS = (
     "connection reset", "importerror", "modulenotfound", "undefined symbol", "killed", "137",
     "-9", "sigkill", "signal 9", "engine", "died", "worker failed", "dead", "background loop",
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
-    "frontend process", "core dumped")
+    "frontend process", "core dumped", "the actor", "swap space")
 
 
 def may_match(text: str) -> bool:
@@ -183,7 +189,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'File "[^"]*(?:guided_decoding|xgrammar)|'
                          r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|'
                          r'_continuation_prefill|execute_model_async|_process_request)\b|'
-                         r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]', _I)),
+                         r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]|'
+                         # V0's scheduler swaps a running group out only while serving
+                         r'Aborted due to the lack of CPU swap space', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "

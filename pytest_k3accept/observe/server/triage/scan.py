@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, RULES, TRACEBACK, \
-    may_match, unwrap, wrapped_match
+from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, RULES, SPECULATION, \
+    TRACEBACK, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -148,6 +148,9 @@ class Scanner:
             self._raise(self._tb_stage)
 
     def _rules(self, line: LogLine, text: str) -> None:
+        guess = SPECULATION.search(text)
+        if guess:  # the guessing part of a line is no evidence; what it states before is
+            text = text[:guess.start()]
         # a terminal wrapped the previous line mid-word: try the two halves joined
         wrapped = text[:1].isalnum() and not text[:1].isupper() and self._prev[-1:].isalnum()
         if not may_match(self._prev[-120:] + text if wrapped else text):
