@@ -57,7 +57,7 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     out: list[str] = []
     ok = [r for r in rows if r["got"] == r["expected"]]
     out.append(f"overall: {_pct(len(ok), len(rows))}")
-    for split in dict.fromkeys(sorted(r["split"] for r in rows)):
+    for split in sorted({r["split"] for r in rows}, key=lambda s: (s.startswith("heldout"), s)):
         part = [r for r in rows if r["split"] == split]
         out.append(f"{split}: {_pct(sum(r['got'] == r['expected'] for r in part), len(part))}")
     held = [r for r in rows if _held_out(r)]

@@ -257,7 +257,8 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
 
 
 def _stage_at(scan: Scanner, hit: Hit, http: HttpObservations) -> int:
-    return max(hit.stage, _tl_stage(scan.timeline, hit.line.lineno, http))
+    floor = KV if hit.kind == "kv-capacity-at-init" else BEFORE  # raised only while KV is sized
+    return max(hit.stage, floor, _tl_stage(scan.timeline, hit.line.lineno, http))
 
 
 def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,

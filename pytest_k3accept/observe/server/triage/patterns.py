@@ -68,7 +68,8 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"is not a valid model identifier|Invalid repository ID or local directory|"
            r"does not appear to have a file named|command not found|can't open file|"
            r"\[Errno 2\] No such file or directory|Unknown quantization method|"
-           r"are not supported for now|Repository Not Found|HFValidationError|"
+           r"are not supported for now|Model architectures? \[[^\]]*\] (?:are|is) not supported|"
+           r"Repository Not Found|HFValidationError|"
            r"gated repo|401 Client Error")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
@@ -174,7 +175,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
                     r"memory|Memory profiling|# ?GPU blocks:|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
-                    r"transform|Cache the graph of shape|Explicitly set .* for KV cache", _I)),
+                    r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
+                    # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
+                    r"warming up sampler with \d+ dummy requests", _I)),
     (AFTER_INIT, re.compile(r"init engine \(profile|Starting vLLM (?:API )?server|Application "
                             r"startup complete|Uvicorn running on|Available routes are|"
                             r"Route: /v1/", _I)),

@@ -120,7 +120,8 @@ class Scanner:
             self.last_activity = line.lineno
         elif not NOT_EVIDENCE.search(text):
             self._rules(line, text)
-            if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text):
+            if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text) \
+                    or FRAME.match(text):  # a posted traceback can lack its header and level
                 self.tail.append(line)
             if EXCEPTION.search(text):
                 (self.exceptions if len(self.exceptions) < MAX_EXCEPTIONS
