@@ -5,12 +5,18 @@ explicitly, and the plugin's other markers imply theirs (``k3_driver`` -> C4, ..
 :data:`MARKER_ITEMS`). After the session, an item is ``pass`` when every test that decided it
 passed, ``fail`` when any of them failed, ``skip`` when any was skipped and none failed (one
 pass beside one skip is not a pass), and ``not-checked`` when no test touched it. No pytest import: the collector is fed plain outcomes.
+
+**Never a pass without its evidence.** An item in :data:`ITEM_EVIDENCE` passes only when the
+session also holds evidence that decides it (a headroom judgement for C9, an environment
+check of C4 whose facts were known for C4, ...): a test that passes for C9 without any load
+measured leaves C9 ``not-checked``, with the reason. C6, C11, C12 and a team's own items are
+decided by their tests alone (their evidence is the test's own assertion).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 #: id -> (slug, what the item asks)
 ITEMS: dict[str, tuple[str, str]] = {
@@ -51,6 +57,38 @@ MARKER_KWARG_ITEMS: dict[tuple[str, str], tuple[str, ...]] = {
 
 PASS, FAIL, SKIP, NOT_CHECKED = "pass", "fail", "skip", "not-checked"
 
+#: item -> (evidence tags any one of which can decide it, what is missing in words); a tag is
+#: an evidence kind, ``environment:<item>`` (an environment check of that item whose facts
+#: were known) or ``failover`` (a failover load or judgement)
+ITEM_EVIDENCE: dict[str, tuple[tuple[str, ...], str]] = {
+    "C1": (("classification", "failure-split"), "no classification of the server's life"),
+    "C2": (("timeline",), "no startup timeline"),
+    "C3": (("environment:C3",), "no CUDA / image facts were known"),
+    "C4": (("environment:C4",), "no host driver facts were known"),
+    "C5": (("environment:C5", "all2all"), "no topology facts were known"),
+    "C7": (("procedure", "remeasure"), "no re-measurement procedure ran"),
+    "C8": (("prefix-cache-ab",), "no prefix-cache A/B ran"),
+    "C9": (("load", "headroom"), "no load was measured"),
+    "C10": (("failover",), "no failover load was measured"),
+}
+
+
+def evidence_tags(evidence: Iterable[Any]) -> set[str]:
+    """The tags of :data:`ITEM_EVIDENCE` that a session's evidence carries (duck-typed on
+    ``kind``, ``data`` and ``typed``: this module does not import the evidence package)."""
+    tags: set[str] = set()
+    for ev in evidence:
+        kind, data = ev.kind, ev.data if isinstance(ev.data, Mapping) else {}
+        if kind == "environment":
+            if data.get("ok") is not None:
+                tags.add(f"environment:{data.get('item', '')}")
+            continue
+        tags.add(kind)
+        if kind in ("load", "headroom") and (data.get("failover") is True
+                                            or (data.get("load_factor") or 1.0) > 1.0):
+            tags.add("failover")
+    return tags
+
 
 def normalize(item: str, custom: Mapping[str, tuple[str, str]] | None = None) -> str:
     """Accept ``"C4"``, ``"c4"`` or a slug (``"driver-r580"``, or a ``custom`` item's);
@@ -81,10 +119,15 @@ class ItemResult:
     text: str
     status: str = NOT_CHECKED
     tests: list[dict[str, str]] = field(default_factory=list)
+    #: why a status is not what the tests alone say (a pass without its evidence)
+    note: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {"id": self.id, "slug": self.slug, "text": self.text, "status": self.status,
-                "tests": list(self.tests)}
+        out: dict[str, object] = {"id": self.id, "slug": self.slug, "text": self.text,
+                                  "status": self.status, "tests": list(self.tests)}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 @dataclass
@@ -94,6 +137,10 @@ class Checklist:
     outcomes: list[tuple[str, str, str, str]] = field(default_factory=list)
     #: a team's own items (id -> slug, text), registered for this session only
     custom: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: the session's evidence (set by the session's RunState): an item of
+    #: :data:`ITEM_EVIDENCE` passes only with evidence that decides it
+    evidence_of: Callable[[], Iterable[Any]] | None = field(default=None, repr=False,
+                                                            compare=False)
 
     def register(self, cid: str, slug: str, text: str) -> None:
         """Add a team's own checklist item (shown in the report's table after C1-C12)."""
@@ -129,6 +176,14 @@ class Checklist:
         for cid, outcomes in seen.items():
             table[cid].status = (FAIL if FAIL in outcomes else SKIP if SKIP in outcomes
                                  else PASS if PASS in outcomes else NOT_CHECKED)
+        if self.evidence_of is not None:
+            tags = evidence_tags(self.evidence_of())
+            for cid, (needs, missing) in ITEM_EVIDENCE.items():
+                r = table.get(cid)
+                if r is not None and r.status == PASS and not tags.intersection(needs):
+                    r.status = NOT_CHECKED
+                    r.note = (f"its tests passed, but {missing} in this session: an item is "
+                              "never a pass without the evidence that decides it")
         return table
 
     def statuses(self) -> Mapping[str, str]:

@@ -4,12 +4,13 @@
 :class:`Findings`: environment failures (host facts, lifecycle classification), capacity runs
 (load, headroom and re-measurement procedure steps, each with its concurrency, context,
 errors, preemptions and peak KV usage), whether engine init was seen completing, whether any
-response was seen, and the audience. Evidence kinds it reads:
-
-``environment`` (``{"item": "C4", "ok": false, ...}``), ``classification``
-(``{"category": "loading", "lines": [...]}``), ``timeline`` (init completion, first
-response), ``load``, ``headroom``, ``procedure`` (``{"steps": [...]}``), ``prefix-cache-ab``,
-``response`` (a successful request a test saw) and ``audience`` (``{"audience": "poc"}``).
+response was seen, and the audience. Every kind it reads is read **by type**
+(:data:`~pytest_k3accept.evidence.kinds.TYPES`): :class:`EnvironmentCheck`,
+:class:`ServerClassification`, :class:`ServerTimeline`, :class:`LoadRun`, the headroom and
+SLO judgements (joined to their run by run id), :class:`Procedure` (its steps),
+:class:`PrefixCacheAB` and :class:`Response`; the plain forms are read into those types by
+each type's ``from_data``, in one place. Only two plain forms are read here: a load /
+headroom / SLO entry without a run id (an older record) and ``audience``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..checks.slo import Breach
-from ..evidence.kinds import TYPES, HeadroomJudgement, LoadRun, SloJudgement
+from ..evidence.kinds import (EnvironmentCheck, HeadroomJudgement, LoadRun, PrefixCacheAB,
+                              Procedure, ProcedureStep, Response, ServerClassification,
+                              ServerTimeline, SloJudgement, typed_of)
 from ..evidence.store import Evidence
 
 #: checklist item of an environment check -> the layer its fix needs
@@ -244,40 +247,24 @@ def _breach_line(b: Mapping[str, Any]) -> str:
         return f"{b.get('name', 'limit')} breached"
 
 
-def _event_keys(data: Mapping[str, Any]) -> set[str]:
-    """Keys of the timeline events that were observed (list or mapping form)."""
-    events = data.get("events")
-    if isinstance(events, Mapping):
-        return {str(k) for k, v in events.items() if v not in (None, False)}
-    if isinstance(events, list):
-        return {str(ev.get("key") or ev.get("name")) for ev in events
-                if isinstance(ev, Mapping)}
-    return set()
-
-
-def _init_done(data: Mapping[str, Any]) -> bool:
-    flag = find(data, "init_completed", "init_complete", "init_done")
-    if isinstance(flag, bool):
-        return flag
-    return "engine_init_done" in _event_keys(data)
-
-
-def _first_response(data: Mapping[str, Any]) -> bool:
-    return "first_response" in _event_keys(data)
-
-
 def _typed(ev: Evidence) -> Any:
     """The typed form of a piece of evidence: the producer's object, or the plain data read
-    back into its kind's type (a record replayed, a team's evidence)."""
+    back into its kind's type (a record replayed, a team's evidence); None when the data
+    does not fit its type (it is then named nowhere as a pass)."""
     if ev.typed is not None:
         return ev.typed
-    cls = TYPES.get(ev.kind)
-    if cls is None or "run_id" not in ev.data:
-        return None
     try:
-        return cls.from_data(ev.data)  # type: ignore[attr-defined]
+        return typed_of(ev.kind, ev.data)
     except (TypeError, ValueError):
         return None
+
+
+def step_run(step: ProcedureStep, ref: Ref) -> Run:
+    """A :class:`Run` from a typed procedure step."""
+    return Run(ref=ref, concurrency=step.concurrency, context_tokens=step.context_tokens,
+               ok=step.ok or 0, errors=step.errors or 0, preemptions=step.preemptions or 0.0,
+               peak_kv=step.peak_kv, headroom=step.headroom_ok, target=step.target,
+               requests=step.requests)
 
 
 def read(evidence: Sequence[Evidence]) -> Findings:
@@ -296,20 +283,18 @@ def read(evidence: Sequence[Evidence]) -> Findings:
         ref = Ref(ev.kind, ev.nodeid, ev.summary)
         data = ev.data
         typed = _typed(ev)
-        if ev.kind == "environment":
-            ok = data.get("ok")
-            item = str(data.get("item", ""))
-            if ok is False:
-                out.environment.append(Problem(ref, f"environment-{item}",
-                                               ITEM_LAYER.get(item)))
-            elif ok is None:
+        if isinstance(typed, EnvironmentCheck):
+            if typed.ok is False:
+                out.environment.append(Problem(ref, f"environment-{typed.item}",
+                                               ITEM_LAYER.get(typed.item)))
+            elif typed.ok is None:
                 out.unknown_env.append(ref)
-        elif ev.kind == "classification":
-            _classification(out, ref, data)
-        elif ev.kind == "timeline":
-            if _init_done(data):
+        elif isinstance(typed, ServerClassification):
+            _classification(out, ref, typed)
+        elif isinstance(typed, ServerTimeline):
+            if typed.init_completed:
                 out.init_completed = out.init_completed or ref
-            if _first_response(data):
+            if typed.first_response:
                 out.responses.append(ref)
         elif ev.kind == "load":
             run = run_of(typed, ref) if isinstance(typed, LoadRun) else run_from(data, ref)
@@ -328,17 +313,15 @@ def read(evidence: Sequence[Evidence]) -> Findings:
                                       failover=out.runs[i].failover or old.failover)
         elif ev.kind == "slo":
             _join_slo(out, SloJudgement.from_data(data), last_of_test.get(ev.nodeid), ref)
-        elif ev.kind == "procedure":
-            for step in data.get("steps") or []:
-                if (isinstance(step, Mapping) and step.get("status") == "ran"
-                        and step.get("capacity", True)):
-                    sref = Ref(f"procedure step {step.get('n')} {step.get('name')}", ev.nodeid,
-                               f"step {step.get('n')} {step.get('name')}: "
-                               f"{step.get('summary', '')}".strip())
-                    out.runs.append(run_from(step, sref, target=bool(step.get("target"))))
-        elif ev.kind == "prefix-cache-ab":
-            out.cache_ab.append((ref, bool(data.get("ok"))))
-        elif ev.kind == "response" and data.get("ok", True):
+        elif isinstance(typed, Procedure):
+            for step in typed.steps:
+                if step.ran:
+                    sref = Ref(f"procedure step {step.n} {step.name}", ev.nodeid,
+                               f"step {step.n} {step.name}: {step.summary}".strip())
+                    out.runs.append(step_run(step, sref))
+        elif isinstance(typed, PrefixCacheAB):
+            out.cache_ab.append((ref, typed.ok))
+        elif isinstance(typed, Response) and typed.ok:
             out.responses.append(ref)
         elif ev.kind == "audience" and data.get("audience"):
             out.audience = str(data["audience"]).lower()
@@ -362,24 +345,19 @@ def _join_slo(out: Findings, judged: SloJudgement, i: int | None, ref: Ref) -> N
         out.failed_unpaired.append(ref)
 
 
-def _classification(out: Findings, ref: Ref, data: Mapping[str, Any]) -> None:
-    category = str(data.get("category") or "none")
-    raw = find(data, "evidence_lines", "lines", default=None)
-    if raw is None:
-        raw = [q.get("text", q) if isinstance(q, Mapping) else q
-               for q in find(data, "evidence", default=[]) or []]
-    lines = tuple(str(x) for x in raw) if isinstance(raw, (list, tuple)) else (str(raw),)
-    if category in ENVIRONMENT_CATEGORIES:
-        layer = data.get("layer")
+def _classification(out: Findings, ref: Ref, c: ServerClassification) -> None:
+    lines = c.lines
+    if c.category in ENVIRONMENT_CATEGORIES:
+        layer = c.layer
         if layer is None:
             layer = {"connection": "network", "loading": None,
-                     "host-oom": "container"}.get(category, "container")
-            if category == "environment" and any("driver" in x.lower() for x in lines):
+                     "host-oom": "container"}.get(c.category, "container")
+            if c.category == "environment" and any("driver" in x.lower() for x in lines):
                 layer = "driver"
-        out.environment.append(Problem(ref, category, layer, lines))
-    elif category in CAPACITY_CATEGORIES:
-        out.capacity.append(Problem(ref, category, None, lines))
-    elif category in BLOCKING_CATEGORIES:
-        out.blocking.append(Problem(ref, category, None, lines))
-    if find(data, "init_completed", "init_done") is True:
+        out.environment.append(Problem(ref, c.category, layer, lines))
+    elif c.category in CAPACITY_CATEGORIES:
+        out.capacity.append(Problem(ref, c.category, None, lines))
+    elif c.category in BLOCKING_CATEGORIES:
+        out.blocking.append(Problem(ref, c.category, None, lines))
+    if c.init_completed is True:
         out.init_completed = out.init_completed or ref

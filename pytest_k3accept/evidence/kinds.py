@@ -1,5 +1,9 @@
 """Typed evidence: one dataclass per kind the verdict rests on, each made in one place.
 
+This module holds the load-run kinds and the registry :data:`TYPES` of every kind; the
+server's life (:mod:`.server`), the environment (:mod:`.environment`) and what tests saw
+(:mod:`.outcomes`) have modules of their own.
+
 A load run (:class:`LoadRun`, made by ``fixtures/load.py`` from a finished
 :class:`~pytest_k3accept.observe.load.result.LoadResult`), the headroom judgement of one run
 (:class:`HeadroomJudgement`) and the SLO judgement of one run (:class:`SloJudgement`). A
@@ -18,38 +22,21 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
+from ._base import Kind, _known
+from .environment import EnvironmentCheck, HostObservation
+from .outcomes import PrefixCacheAB, Procedure, ProcedureStep, Response
+from .server import ServerClassification, ServerTimeline
+
+__all__ = ["DEFAULT_TARGET", "LoadRun", "HeadroomJudgement", "SloJudgement", "ServerTimeline",
+           "ServerClassification", "EnvironmentCheck", "HostObservation", "Response",
+           "PrefixCacheAB", "Procedure", "ProcedureStep", "TYPES", "typed_of"]
+
 #: where a run's target came from when nobody set one (``keep`` needs a target that was set)
 DEFAULT_TARGET = "default"
 
 
-def _check(obj: Any) -> None:
-    """Raise TypeError naming the first field whose value has the wrong type."""
-    name = type(obj).__name__
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        want = _TYPES.get(str(f.type).replace(" ", ""))
-        if want is None:
-            continue
-        if value is None and "None" in str(f.type):
-            continue
-        if isinstance(value, bool) and bool not in want:
-            raise TypeError(f"{name}.{f.name}: expected {f.type}, got {value!r}")
-        if not isinstance(value, want):
-            raise TypeError(f"{name}.{f.name}: expected {f.type}, got {type(value).__name__} "
-                            f"{value!r}")
-
-
-_NUM = (int, float)
-_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "int": (int,), "float": _NUM, "bool": (bool,),
-    "int|None": (int,), "float|None": _NUM, "bool|None": (bool,), "str|None": (str,),
-    "dict[str,int]": (dict,), "dict[str,Any]": (dict,), "tuple[str,...]": (tuple,),
-    "tuple[dict[str,Any],...]": (tuple,),
-}
-
-
 @dataclass(frozen=True)
-class LoadRun:
+class LoadRun(Kind):
     """One measured load run: what was sent, how it held and what the server showed.
 
     ``context_tokens`` is what was *measured*: the longest prompt of a successful request in
@@ -60,9 +47,14 @@ class LoadRun:
     a reduced load in such a test, None when the test named no target.
     ``peak_kv`` is the highest KV-cache usage sampled *during* the run (the worst engine), or
     1.0 when preemptions prove the cache was full; None when no sample was taken.
+    ``shared`` is True when the server's own counters show more work than the run sent
+    (``other_requests`` other requests finished: another client's traffic is in the
+    figures), False when they match, None when the server exports no such counters.
     """
 
     KIND: ClassVar[str] = "load"
+    #: plain data is read as this kind only when it has these keys (older records lack them)
+    NEEDS: ClassVar[tuple[str, ...]] = ("run_id",)
 
     run_id: str
     profile_name: str
@@ -84,9 +76,11 @@ class LoadRun:
     failover: bool = False
     load_factor: float = 1.0
     endpoint: str = ""
-
-    def __post_init__(self) -> None:
-        _check(self)
+    #: why TTFT/ITL were not measurable (a buffering proxy); None when they were
+    latency_unreliable: str | None = None
+    #: the server served other clients during the run (figures include them); None: unknown
+    shared: bool | None = None
+    other_requests: int | None = None
 
     @property
     def error_rate(self) -> float:
@@ -106,7 +100,7 @@ class LoadRun:
 
 
 @dataclass(frozen=True)
-class HeadroomJudgement:
+class HeadroomJudgement(Kind):
     """The ``k3_headroom`` judgement of one run, with the limits the test set.
 
     ``ok`` is None when it could not be decided (peak KV not measured): "unknown", never
@@ -114,6 +108,8 @@ class HeadroomJudgement:
     """
 
     KIND: ClassVar[str] = "headroom"
+    #: plain data is read as this kind only when it has these keys (older records lack them)
+    NEEDS: ClassVar[tuple[str, ...]] = ("run_id",)
 
     run_id: str
     ok: bool | None
@@ -125,9 +121,6 @@ class HeadroomJudgement:
     free_kv: float | None = None
     failover: bool = False
     replicas: int | None = None
-
-    def __post_init__(self) -> None:
-        _check(self)
 
     def to_data(self) -> dict[str, Any]:
         """Plain values."""
@@ -144,23 +137,25 @@ class HeadroomJudgement:
 
 
 @dataclass(frozen=True)
-class SloJudgement:
-    """The SLO check of one run: the limits and each breach (measured vs required)."""
+class SloJudgement(Kind):
+    """The SLO check of one run: the limits, each breach (measured vs required) and every
+    limit checked (``checked``: required vs measured with ``ok``, the passing ones too)."""
 
     KIND: ClassVar[str] = "slo"
+    #: plain data is read as this kind only when it has these keys (older records lack them)
+    NEEDS: ClassVar[tuple[str, ...]] = ("run_id",)
 
     run_id: str
-    ok: bool
+    ok: bool | None  # None: a limit could not be measured (a buffered stream's TTFT)
     limits: dict[str, Any] = field(default_factory=dict)
     breaches: tuple[dict[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        _check(self)
+    checked: tuple[dict[str, Any], ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         """Plain values."""
         return {"run_id": self.run_id, "ok": self.ok, "limits": dict(self.limits),
-                "breaches": [dict(b) for b in self.breaches]}
+                "breaches": [dict(b) for b in self.breaches],
+                "checked": [dict(c) for c in self.checked]}
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> "SloJudgement":
@@ -169,15 +164,26 @@ class SloJudgement:
         limits = data.get("limits") or data.get("slo") or {}
         ok = data.get("ok")
         return cls(run_id=str(data.get("run_id") or ""),
-                   ok=bool(ok) if isinstance(ok, bool) else not breaches,
+                   ok=(bool(ok) if isinstance(ok, bool) else None if "ok" in data
+                       else not breaches),
                    limits=dict(limits) if isinstance(limits, Mapping) else {},
-                   breaches=breaches)
+                   breaches=breaches,
+                   checked=tuple(dict(c) for c in data.get("checked") or ()
+                                 if isinstance(c, Mapping)))
 
 
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+#: evidence kind -> its type, for reading a record back (every kind the verdict, the record
+#: or the report reads; a kind not listed here is a team's own and stays plain)
+TYPES: dict[str, type] = {t.KIND: t for t in (  # type: ignore[attr-defined]
+    LoadRun, HeadroomJudgement, SloJudgement, ServerTimeline, ServerClassification,
+    EnvironmentCheck, HostObservation, Response, PrefixCacheAB, Procedure)}
 
 
-#: evidence kind -> its type, for reading a record back
-TYPES: dict[str, type] = {t.KIND: t for t in (LoadRun, HeadroomJudgement, SloJudgement)}
+def typed_of(kind: str, data: Mapping[str, Any]) -> Any:
+    """The typed form of plain evidence data, or None when ``kind`` has no type or the data
+    lacks the keys its type needs (an older record's load entry without a run id). A wrong
+    shape raises :class:`TypeError` naming the field."""
+    cls = TYPES.get(kind)
+    if cls is None or not all(k in data for k in getattr(cls, "NEEDS", ())):
+        return None
+    return cls.from_data(data)  # type: ignore[attr-defined]

@@ -52,20 +52,25 @@ class RunState:
     run_prefix: str = ""
     _runs: int = 0
 
+    def __post_init__(self) -> None:
+        # the checklist reads this session's evidence: no item passes without its evidence
+        self.checklist.evidence_of = lambda: self.evidence
+
     def add(self, kind: str, summary: str, data: dict[str, Any] | None = None,
             nodeid: str = "") -> Evidence:
         """Append and return a piece of evidence.
 
-        Plain data of a typed kind (:data:`~.kinds.TYPES`) that carries a ``run_id`` is
-        checked against its type here: a wrong shape raises TypeError naming the field, at
-        the call site. (Plain data without a run id, an older record's or a team's own, is
-        kept and read as before.)"""
-        from .kinds import TYPES
+        Plain data of a typed kind (:data:`~.kinds.TYPES`) is read into its type here
+        (:func:`~.kinds.typed_of`): a wrong shape raises TypeError naming the field, at the
+        call site. (A load / headroom / SLO entry without a run id, an older record's, stays
+        plain and is read as before; a kind with no type is a team's own.)"""
+        from .kinds import typed_of
 
         plain = dict(data or {})
-        typed = None
-        if kind in TYPES and "run_id" in plain:
-            typed = TYPES[kind].from_data(plain)  # type: ignore[attr-defined]
+        typed = typed_of(kind, plain)
+        if typed is not None:  # the record is written from the type: its view wins
+            merge = getattr(typed, "merged", None)
+            plain = merge(plain) if merge is not None else {**plain, **typed.to_data()}
         ev = Evidence(kind=kind, summary=summary, data=plain, nodeid=nodeid, typed=typed)
         self.evidence.append(ev)
         return ev

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 from . import reproduction as rp
 from .redact import Redactor
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_ID = "urn:pytest-k3accept:record:1"
 UNDECIDED = "undecided"
 

@@ -66,6 +66,8 @@ def checklist_table(checklist: Sequence[Mapping[str, Any]]) -> str:
             f'<a href="{esc(anchor_of(t["nodeid"]))}">{esc(t["nodeid"])}</a> '
             f'({esc(t["outcome"])}){": " + _cell(t["message"]) if t.get("message") else ""}'
             for t in tests) or '<span class="k3-unknown">no test decided it</span>'
+        if item.get("note"):
+            links += f'<br/><em class="k3-note">{esc(item["note"])}</em>'
         status = str(item.get("status"))
         rows.append(f'<tr class="k3-{esc(status)}" data-item="{esc(item["id"])}">'
                     f'<td>{esc(item["id"])} <small>{esc(item.get("slug", ""))}</small></td>'

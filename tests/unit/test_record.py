@@ -60,6 +60,9 @@ def _full_state() -> RunState:
     state.add("gpu-telemetry", "GPU memory", {"kind": "gpu-memory",
                                               "peak_bytes": {"gpu-a/gpu0": 140 << 30}},
               nodeid="t.py::test_load")
+    state.add("environment", "k3_driver: ok", {"item": "C4", "ok": True, "marker": "k3_driver",
+                                               "expected": "host driver >= 580",
+                                               "actual": "580.65.06"}, nodeid="t.py::test_env")
     state.checklist.add(["C4", "C6"], "t.py::test_env", "pass")
     state.checklist.add(["C1"], "t.py::test_start", "fail", "loading OOM")
     state.tests += [
