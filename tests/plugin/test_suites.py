@@ -344,3 +344,35 @@ def test_production_restart_recovery_in_launch_mode(pytester: pytest.Pytester,
     assert ev["in_flight_at_crash"] >= 1 and ev["in_flight_seen_by"] in (
         "server gauges", "client (sent, not answered)"), ev
     assert statuses(rec)["S5"] == "pass"
+
+
+TARGET_LOAD = '''
+import pytest
+
+@pytest.mark.k3_expect("target")  # the preset's target load, as the ready suites take it
+@pytest.mark.asyncio
+async def test_target_load(k3_load):
+    result = await k3_load.run()
+    assert result.summary["errors"] == 0, result.line()
+'''
+
+
+@pytest.mark.live
+def test_launched_testbed_sizes_its_kv_cache_for_the_presets_target(
+        pytester: pytest.Pytester, testbed_cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--k3-launch testbed`` starts the testbed with the preset's ``kv_cache_bytes``, so
+    the preset's target load (4 x (768 + 16) tokens) uses a real share of the cache (with
+    1 GiB every target passed at 0.1 %), and headroom is judged on that share."""
+    monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
+    pytester.makepyfile(test_target=TARGET_LOAD)
+    result = pytester.runpytest(*OUT, "--k3-launch", "testbed", "--k3-launch-timeout", "300")
+    result.assert_outcomes(passed=1)
+    rec = json.loads((pytester.path / "record.json").read_text())
+    [launch] = [e["data"] for e in rec["evidence"] if e["kind"] == "launch"]
+    [run] = [e["data"] for e in rec["evidence"] if e["kind"] == "load"]
+    assert "--kv-cache-memory-bytes 8000000" in rec["reproduction"]["launch_command"]["value"]
+    assert run["concurrency"] == 4 and run["context_tokens"] >= 700, run
+    assert run["peak_kv"] is not None and 0.15 <= run["peak_kv"] <= 0.9, run
+    [head] = [e["data"] for e in rec["evidence"] if e["kind"] == "headroom"]
+    assert head["ok"] is True and head["free_kv"] < 0.85, head
+    assert launch["base_url"].startswith("http://127.0.0.1:")

@@ -143,3 +143,25 @@ def test_non_utf8_preset_is_a_preset_error(tmp_path: Path) -> None:
     f.write_bytes(b'[environment]\nimage = "caf\xe9"\n')
     with pytest.raises(PresetError, match=r"cannot read the preset: not UTF-8 text"):
         load_preset(f)
+
+
+def test_the_testbed_preset_sizes_its_kv_cache_for_its_own_target() -> None:
+    """The testbed's tiny model keeps ~1,042 bytes of KV a token (3,000,000 bytes held 2,816
+    tokens, 6,000,000 held 5,760: docs/load.md); the preset's target load must use a real
+    share of the cache it launches with, and one max_model_len request must fit."""
+    p = load_preset("testbed")
+    size = p.server.kv_cache_bytes
+    assert size is not None
+    tokens = size / 1042
+    t = p.targets
+    share = t.concurrency * (t.context_tokens + t.output_tokens) / tokens
+    assert 0.2 <= share <= 0.6, share
+    assert p.server.max_model_len is not None and p.server.max_model_len < tokens / 2
+    assert load_preset("kimi-k3").server.kv_cache_bytes is None  # a deployment sizes its own
+
+
+def test_a_bad_kv_cache_size_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "p.toml"
+    bad.write_text('name = "x"\n[server]\nkv_cache_bytes = 0\n')
+    with pytest.raises(PresetError, match="kv_cache_bytes"):
+        load_preset(str(bad))

@@ -49,6 +49,10 @@ class Server:
     reasoning_parser: str | None = None
     require_parsed_tool_call: bool = False
     parsed_tool_call_reason: str = ""
+    #: the KV cache (bytes, ``--kv-cache-memory-bytes``) that ``--k3-launch testbed`` starts the
+    #: embedded testbed with; None: the testbed's default (1 GiB). Read by nothing else: a
+    #: real deployment's cache is what its own launch command sizes.
+    kv_cache_bytes: int | None = None
 
 
 @dataclass(frozen=True)

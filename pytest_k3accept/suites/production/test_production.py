@@ -47,6 +47,7 @@ def test_restart_recovery(request: pytest.FixtureRequest, k3_preset: Any) -> Non
     """After a crash under load and a restart with the same command, ``/health`` returns 200,
     new requests succeed and the queue drains (``--k3-launch`` only: a copy of the launched
     server beside the session's, so a node must have room for it)."""
+    from pytest_k3accept.fixtures.server import launch_line
     from pytest_k3accept.suites.restart import run_restart
 
     s = settings_of(request.config)
@@ -55,7 +56,8 @@ def test_restart_recovery(request: pytest.FixtureRequest, k3_preset: Any) -> Non
                     "restart a server it did not start); with a fixed endpoint, restart it "
                     "yourself and run this suite again")
     sp = k3_preset.suites
-    result = run_restart(s.launch, artifacts=s.artifacts, api_key=s.api_key(),
+    result = run_restart(launch_line(request.config) or s.launch, artifacts=s.artifacts,
+                         api_key=s.api_key(),
                          requests=sp.restart_requests,
                          start_timeout=min(s.launch_timeout, sp.restart_timeout),
                          drain_timeout=sp.drain_timeout, timeout=s.timeout)
