@@ -146,6 +146,32 @@ def check(summary: Mapping[str, Any], slo: SLO,
     return out
 
 
+def judged(summary: Mapping[str, Any], slo: SLO,
+           records: Sequence[stats.Record] | None = None) -> list[dict[str, Any]]:
+    """Every limit of ``slo`` as judged on a run: ``name``, ``measured`` (None when not
+    measured), ``required``, ``direction``, ``unit``, ``ok``: the limits that held are
+    recorded too, not only the breaches of :func:`check`."""
+    breached = {b.name: b for b in check(summary, slo, records)}
+    lim, out = slo.limits, []
+    good = (stats.goodput(records, float(summary.get("elapsed") or 0.0),
+                          ttft=lim.get("goodput_ttft"), tpot=lim.get("goodput_tpot"),
+                          e2e=lim.get("goodput_e2e"))
+            if records is not None and not breached.keys() & {"goodput", "goodput_ratio"}
+            and lim.keys() & {"goodput", "goodput_ratio"} else None)
+    for name, required in lim.items():
+        direction, unit, _ = SLO_KEYS[name]
+        if direction == "limit":
+            continue
+        if name in breached:
+            out.append({**breached[name].as_dict(), "ok": False})
+            continue
+        measured = (good or {}).get("ratio" if name == "goodput_ratio" else "goodput") if (
+            name.startswith("goodput")) else stats.metric(summary, name)
+        out.append({"name": name, "measured": measured, "required": required,
+                    "direction": direction, "unit": unit, "note": "", "ok": True})
+    return out
+
+
 def _why_missing(summary: Mapping[str, Any], name: str) -> str:
     if name.startswith("goodput"):
         return "needs the per-request records"

@@ -22,6 +22,26 @@ FIX: dict[str | None, tuple[str, str]] = {
 }
 
 
+#: what to do about a failure that blocks any capacity verdict, per classification category
+BLOCKING_ADVICE: dict[str, str] = {
+    "serving": "The engine failed for a reason other than memory: fix that first; it is no "
+               "evidence about capacity.",
+    "config": "The launch was rejected (a configuration error): fix the arguments first; it "
+              "is no evidence about the environment or capacity.",
+    "killed": "The server was killed from outside (SIGKILL, exit 137) with no out-of-memory "
+              "line in its log: check the kernel log (dmesg) for the OOM killer, and the "
+              "orchestrator's events (OOMKilled, eviction), before judging capacity.",
+    "unknown": "The server failed for a reason the classifier does not recognise: read the "
+               "quoted error lines; no verdict rests on a guess.",
+}
+#: a run that could not measure: stopped on a usage error, or no endpoint to measure
+USAGE_ERROR = ("Fix the usage error named above and run again: the run stopped before its "
+               "tests, so nothing about the deployment was measured.")
+UNREACHABLE = ("The endpoint was unreachable: start the server (or wait until its engine is "
+               "ready), check the URL given with --k3-endpoint and that this machine can "
+               "reach it, then run again; nothing was measured.")
+
+
 def move(layers: Layers, layer: str | None) -> tuple[str, bool]:
     """Advice for an environment problem whose fix needs ``layer``; True when that layer is
     marked fixed (the fix is blocked here)."""

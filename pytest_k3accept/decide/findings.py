@@ -157,6 +157,9 @@ class Findings:
     #: failed SLO / headroom judgements no load run could be paired with (they still count
     #: against keep; an unpaired passing judgement is never a pass)
     failed_unpaired: list[Ref] = field(default_factory=list)
+    #: a usage error that stopped the run; an endpoint that could not be reached
+    usage_errors: list[Ref] = field(default_factory=list)
+    unreachable: list[Ref] = field(default_factory=list)
 
 
 def find(data: Any, *paths: str, default: Any = None) -> Any:
@@ -282,6 +285,12 @@ def read(evidence: Sequence[Evidence]) -> Findings:
     for ev in evidence:
         ref = Ref(ev.kind, ev.nodeid, ev.summary)
         data = ev.data
+        if ev.kind in ("usage-error", "endpoint-error"):
+            if ev.kind == "usage-error":
+                out.usage_errors.append(ref)
+            elif data.get("kind") == "unreachable":
+                out.unreachable.append(ref)
+            continue
         typed = _typed(ev)
         if isinstance(typed, EnvironmentCheck):
             if typed.ok is False:

@@ -17,21 +17,9 @@ from ..checks.registry import FAIL, ITEMS
 from ..evidence.kinds import DEFAULT_TARGET
 from . import advice
 from . import findings as fnd
+from .advice import BLOCKING_ADVICE, UNREACHABLE, USAGE_ERROR
 from .outcome import (ACCEPT_LIMITS, FUNCTIONAL_ONLY, KEEP, MOVE_ENVIRONMENT, SCALE, UNDECIDED,
                       Builder, Verdict)
-
-#: what to do about a failure that blocks any capacity verdict, per classification category
-BLOCKING_ADVICE: dict[str, str] = {
-    "serving": "The engine failed for a reason other than memory: fix that first; it is no "
-               "evidence about capacity.",
-    "config": "The launch was rejected (a configuration error): fix the arguments first; it "
-              "is no evidence about the environment or capacity.",
-    "killed": "The server was killed from outside (SIGKILL, exit 137) with no out-of-memory "
-              "line in its log: check the kernel log (dmesg) for the OOM killer, and the "
-              "orchestrator's events (OOMKilled, eviction), before judging capacity.",
-    "unknown": "The server failed for a reason the classifier does not recognise: read the "
-               "quoted error lines; no verdict rests on a guess.",
-}
 
 
 @dataclass
@@ -86,6 +74,28 @@ class Case:
 
 
 Rule = Callable[[Case], "Verdict | None"]
+
+
+def usage_error(c: Case) -> Verdict | None:
+    """The run stopped on a usage error (a bad option, profile field, SLO name or marker
+    keyword): fix it and run again; it says nothing about the deployment."""
+    if not c.f.usage_errors:
+        return None
+    for ref in c.f.usage_errors:
+        c.b.cite(ref, f"the run stopped on a {ref.summary}")
+    c.b.advice.append(USAGE_ERROR)
+    return c.b.done(UNDECIDED)
+
+
+def endpoint_unreachable(c: Case) -> Verdict | None:
+    """The endpoint was unreachable and nothing was measured: start the server or fix the
+    URL before any verdict."""
+    if not c.f.unreachable or c.f.runs or c.f.responses or c.f.capacity:
+        return None
+    for ref in c.f.unreachable[:1]:
+        c.b.cite(ref, f"the endpoint was unreachable: {ref.summary}")
+    c.b.advice.append(UNREACHABLE)
+    return c.b.done(UNDECIDED)
 
 
 def environment_first(c: Case) -> Verdict | None:
@@ -248,8 +258,9 @@ def not_measured(c: Case) -> Verdict | None:
 
 
 #: the rules in the seed's order; the first that returns a verdict decides
-RULES: tuple[Rule, ...] = (environment_first, non_memory_failure, nothing_served,
-                           functional_only, shortage, target_not_set, keep, not_measured)
+RULES: tuple[Rule, ...] = (usage_error, environment_first, non_memory_failure, nothing_served,
+                           endpoint_unreachable, functional_only, shortage, target_not_set,
+                           keep, not_measured)
 
 
 def problem_line(p: fnd.Problem) -> str:
