@@ -27,6 +27,7 @@ WIRING: tuple[str, ...] = (
     "pytest_k3accept.fixtures.decide",
     "pytest_k3accept.fixtures.robustness",
     "pytest_k3accept.fixtures.report",
+    "pytest_k3accept.fixtures.summary",
     "pytest_k3accept.fixtures.suites",
 )
 

@@ -131,6 +131,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--k3-strategy", "serving strategy of the recipe profile, as the recipe names it "
            "(default: the recipe's default_strategy)", env="K3ACCEPT_STRATEGY", metavar="NAME"),
     Option("--k3-record", "write the reproduction record (JSON) to PATH", metavar="PATH"),
+    Option("--k3-summary-md", "write the session's Markdown summary (verdict, checklist, "
+           "artifacts) to PATH; under GitHub Actions it is also appended to "
+           "$GITHUB_STEP_SUMMARY", env="K3ACCEPT_SUMMARY_MD", metavar="PATH"),
     Option("--k3-artifacts", "directory for server logs, charts and screenshots",
            default="artifacts", metavar="DIR"),
 )
@@ -160,6 +163,7 @@ class Settings:
     hardware: str | None = None
     strategy: str | None = None
     record: Path | None = None
+    summary_md: Path | None = None
     artifacts: Path = Path("artifacts")
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -253,5 +257,6 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
         hardware=values["k3_hardware"] or None,
         strategy=values["k3_strategy"] or None,
         record=Path(values["k3_record"]) if values["k3_record"] else None,
+        summary_md=Path(values["k3_summary_md"]) if values["k3_summary_md"] else None,
         artifacts=Path(values["k3_artifacts"]),
     )

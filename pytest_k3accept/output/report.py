@@ -14,20 +14,28 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 from urllib.parse import quote
 
-from . import charts
+from . import charts, first_screen
 
 STYLE = """<style>
 .k3 table{border-collapse:collapse;margin:.4em 0 1em}
 .k3 th,.k3 td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 .k3 .k3-pass{background:#dff5df}.k3 .k3-fail{background:#f9dcdc}
 .k3 .k3-skip{background:#fbf1d0}.k3 .k3-not-checked{background:#eee;color:#555}
-.k3 .k3-verdict{font-size:1.3em;font-weight:bold;padding:2px 8px;border:2px solid #333}
 .k3 pre{white-space:pre-wrap;max-height:30em;overflow:auto;background:#f7f7f7}
-.k3 .k3-unknown{color:#777;font-style:italic}
-</style>"""
+.k3 .k3-unknown{color:#595959;font-style:italic}
+body,a,#results-table,.filters button,.collapse button,span.retried{color:#3d3d3d}
+span.passed,.passed .col-result{color:#1b6e20}
+span.skipped,span.xfailed,span.rerun,.skipped .col-result,.xfailed .col-result,
+.rerun .col-result{color:#8a4b00}
+span.error,span.failed,span.xpassed,.error .col-result,.failed .col-result,
+.xpassed .col-result{color:#b00000}
+body{display:flex;flex-direction:column;align-items:flex-start}
+body>.summary{order:1}body>#environment-header,body>#environment{order:2}
+body>#results-table,body>#data-container{order:3}
+""" + first_screen.STYLE + "</style>"
 
 LOAD_METRICS = ("ttft", "itl", "tpot", "e2e")
 _MAX_CELL = 400
@@ -93,41 +101,12 @@ def reproduction_table(fields: Mapping[str, Mapping[str, Any]]) -> str:
             + "</tbody></table>")
 
 
-def _item(item: Any) -> str:
-    """One list entry: an evidence reference reads ``summary [kind, test]``."""
-    if isinstance(item, Mapping) and "summary" in item:
-        where = ", ".join(str(item[k]) for k in ("kind", "nodeid") if item.get(k))
-        return _cell(f"{item['summary']} [{where}]" if where else str(item["summary"]))
-    return _cell(item)
-
-
-def _list(items: Iterable[Any]) -> str:
-    lis = "".join(f"<li>{_item(i)}</li>" for i in items)
-    return f"<ul>{lis}</ul>" if lis else ""
-
-
 def summary_html(record: Mapping[str, Any], *, record_href: str | None = None,
-                 record_path: str | None = None) -> str:
-    """The block at the top of the report (pytest-html's summary prefix)."""
-    verdict = record.get("verdict") or {}
-    name = str(verdict.get("name", "undecided"))
+                 record_path: str | None = None, comparison_html: str | None = None) -> str:
+    """The block at the top of the report (pytest-html's summary prefix): the first screen
+    (:mod:`.first_screen`: can we ship?), then the checklist and the rest."""
     parts = [STYLE, '<div class="k3" id="k3-summary">',
-             f'<h2>Acceptance verdict: <span class="k3-verdict" id="k3-verdict">{esc(name)}'
-             "</span></h2>"]
-    if verdict.get("headline"):
-        parts.append(f'<p id="k3-headline">{esc(verdict["headline"])}</p>')
-    parts.append(_list(verdict.get("reasons") or []))
-    if verdict.get("advice"):
-        parts.append("<p><b>Advice</b></p>" + _list(verdict["advice"]))
-    if verdict.get("evidence"):
-        parts.append("<p><b>Evidence it rests on</b></p>" + _list(verdict["evidence"]))
-    if verdict.get("not_checked"):
-        ids = [str(c.get("id")) if isinstance(c, Mapping) else str(c)
-               for c in verdict["not_checked"]]
-        parts.append("<p><b>Not checked:</b> " + esc(", ".join(ids)) + "</p>")
-    session = record.get("session") or {}
-    if session.get("interrupted"):
-        parts.append("<p><b>The run was interrupted</b>: results are partial.</p>")
+             first_screen.render(record, comparison_html)]
     parts += ["<h3>Checklist</h3>", checklist_table(record.get("checklist") or [])]
     session_ev = [e for e in record.get("evidence") or [] if not e.get("nodeid")]
     if session_ev:

@@ -1,12 +1,17 @@
 """The HTML report of a real testbed run, opened in headless Chromium.
 
-The screenshot, the report and the record go to ``artifacts/ci/`` (repository root), the
-folder CI keeps. Without Debian's ``chromium`` the test is skipped with the reason (CI
+The screenshots (the whole page, and the first screen at 1400x900), the report and the
+record go to ``artifacts/ci/`` (repository root), the folder CI keeps. The text contrast is
+read from the rendered DOM: ``contrast.js`` (beside this file) computes, for every visible
+element with text, its computed colour against the background it is drawn on and the WCAG
+contrast ratio. Without Debian's ``chromium`` the test is skipped with the reason (CI
 installs it: ``apt-get install -y chromium``).
 """
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -43,7 +48,18 @@ async def test_model_output_and_latency(request, k3_client):
     state_of(request.config).add("load", "8 sequential streamed chats; output: " + echoed.text,
                                  {"records": records, "concurrency": 1, "output_tokens": 8,
                                   "lines": [echoed.text]}, nodeid=request.node.nodeid)
+
+@pytest.mark.k3_check("C4")
+def test_a_failing_item():
+    assert "575.57" >= "580", "driver too old"
+
+@pytest.mark.k3_check("C5")
+def test_a_skipped_item():
+    pytest.skip("no topology facts")
 ''' % HOSTILE
+PROBE = (Path(__file__).with_name("contrast.js")).read_text()
+#: WCAG 2.x AA for normal text
+AA = 4.5
 
 
 def chromium() -> str | None:
@@ -59,9 +75,8 @@ def run_chromium(binary: str, profile: Path, *args: str) -> subprocess.Completed
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.live
-def test_report_renders_in_headless_chromium(pytester: pytest.Pytester, testbed: Any,
-                                             tmp_path: Path) -> None:
+def chromium_and_report(pytester: pytest.Pytester, testbed: Any) -> tuple[str, Path]:
+    """Chromium (or a skip saying how to get it) and the report of the suite's real run."""
     binary = chromium()
     if binary is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium); CI installs it")
@@ -70,8 +85,14 @@ def test_report_renders_in_headless_chromium(pytester: pytest.Pytester, testbed:
     result = pytester.runpytest("--k3-endpoint", testbed.base_url, "--html", "report.html",
                                 "--self-contained-html", "--k3-record", "record.json",
                                 "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    report = pytester.path / "report.html"
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    return binary, pytester.path / "report.html"
+
+
+@pytest.mark.live
+def test_report_renders_in_headless_chromium(pytester: pytest.Pytester, testbed: Any,
+                                             tmp_path: Path) -> None:
+    binary, report = chromium_and_report(pytester, testbed)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report.png"
     shot.unlink(missing_ok=True)
@@ -96,3 +117,51 @@ def test_report_renders_in_headless_chromium(pytester: pytest.Pytester, testbed:
     assert "data-pwned" not in page.split("<body", 1)[1].split(">", 1)[0]
     assert "&lt;script&gt;" in page and "<script>document.body" not in page
     assert not re.search(r"<img[^>]*onerror", page)
+
+
+def contrast_of(binary: str, profile: Path, report: Path) -> dict[str, Any]:
+    """The report rendered at 1400x900 with the contrast probe run after load: every visible
+    element with text (tag, text, computed colour, background, ratio) and where the first
+    screen ends."""
+    probe = report.with_name("contrast-probe.html")
+    script = ('<script>window.addEventListener("load", function () { setTimeout(function () {'
+              + PROBE + '}, 300); });</script></body>')
+    probe.write_text(report.read_text().replace("</body>", script))
+    done = run_chromium(binary, profile, "--virtual-time-budget=5000", "--window-size=1400,900",
+                        "--dump-dom", probe.as_uri())
+    found = re.search(r'<pre id="k3-contrast">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.live
+def test_first_screen_answers_can_we_ship_with_readable_text(
+        pytester: pytest.Pytester, testbed: Any, tmp_path: Path) -> None:
+    binary, report = chromium_and_report(pytester, testbed)
+    page = report.read_text()
+    first = page[page.index('id="k3-ship"'):page.index("</section>", page.index('id="k3-ship"'))]
+    reasons = re.findall(r"<li>(.*?)</li>", first[first.index('id="k3-reasons"'):].split(
+        "</ul>", 1)[0])
+    assert reasons and len(reasons) == len(set(reasons))
+    assert "Evidence it rests on" not in page and 'id="k3-advice"' in first
+    assert 'id="k3-not-checked"' in first
+    assert page.index('id="k3-ship"') < page.index('id="k3-checklist"')
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-first-screen.png"
+    shot.unlink(missing_ok=True)
+    run_chromium(binary, tmp_path / "profile-first", f"--screenshot={shot}",
+                 "--window-size=1400,900", report.as_uri())
+    assert shot.is_file() and shot.stat().st_size > 20_000
+
+    seen = contrast_of(binary, tmp_path / "profile-probe", report)
+    elements = seen["elements"]
+    ours = [e for e in elements if e["inK3"]]
+    assert len(ours) > 50  # the summary, the checklist and the reproduction table were read
+    assert {e["id"] for e in ours} >= {"k3-verdict", "k3-headline"}
+    low = [e for e in elements if e["ratio"] < AA]
+    assert not low, "text below WCAG AA 4.5:1:\n" + "\n".join(
+        f"{e['tag']}.{e['cls']} {e['text']!r}: {e['color']} on {e['background']} = "
+        f"{e['ratio']}" for e in low[:20])
+    assert seen["ship_bottom"] <= seen["viewport"], seen["ship_bottom"]  # no scrolling
+    (ARTIFACTS / "contrast.json").write_text(json.dumps(seen, indent=1))
