@@ -5,6 +5,7 @@ Subcommands:
   ``k3accept testbed install [--version X]``  install the embedded CPU vLLM testbed (idempotent;
                                          default release 0.32.0 or $K3ACCEPT_TESTBED_VERSION)
   ``k3accept testbed model [VARIANT]``   build (or find) a tiny random-weight test model
+  ``k3accept testbed status``            is the testbed installed? (exit 1 with the reason if not)
   ``k3accept triage LOG [--exit-code N] [--json]``
                                          classify a vLLM server log (LOG a file or -)
 """
@@ -45,7 +46,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="k3accept", description=__doc__,
+    parser = argparse.ArgumentParser(prog="k3accept", description=(__doc__ or "").replace(
+                                         "``", "  "),  # reST markup: for the docs, not --help
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     tb = sub.add_parser("testbed", help="the embedded CPU vLLM testbed")

@@ -110,13 +110,9 @@ def _reproduction(state: Any, settings: Any, environ: Mapping[str, str]) -> dict
                                           "no endpoint was given or launched"))
     out["model"] = rp.fact_from(state, ("endpoint",), ("model",),
                                  "the endpoint was not discovered in this session")
-    out["requests"] = rp.fact_from(
-        state, ("request-set", "load", "prefix-cache-ab", "procedure", "headroom"),
-        ("request_set", "sample_requests"),
-        "no request set was run in this session (C6): fix one with a request-set file and a "
-        "k3_load / k3_headroom test")
-    if out["requests"]["value"] is not None:
-        out["requests"]["value"] = rp.trim(out["requests"]["value"])
+    out["requests"] = rp.request_sets(
+        state, "no request set was run in this session (C6): fix one with a request-set file "
+        "and a k3_load / k3_headroom test")
     max_len = flags.get("--max-model-len") if command else None
     out["max_context"] = (rp.known(int(max_len), "launch command --max-model-len")
                           if isinstance(max_len, str) and max_len.isdigit() else rp.fact_from(

@@ -243,6 +243,27 @@ def environment(environ: Mapping[str, str], command_env: Mapping[str, str]) -> d
     return dict(sorted(env.items()))
 
 
+def request_sets(state: Any, reason: str) -> Fact:
+    """The request sets that ran, each as its description (``name``, ``source``,
+    ``requests``, ``fingerprint``, ...; no message texts): one set -> that mapping, several
+    -> a list of them (distinct by fingerprint); a team's plain form (``sample_requests``)
+    when no description was recorded; unknown with ``reason`` when nothing ran."""
+    kinds = ("request-set", "load", "prefix-cache-ab", "procedure", "headroom")
+    values, where = from_evidence(state, kinds, ("request_set",))
+    sets: dict[str, Any] = {}
+    for v in values:
+        if isinstance(v, Mapping) and v.get("fingerprint"):
+            sets.setdefault(str(v["fingerprint"]), dict(v))
+    if sets:
+        found = list(sets.values())
+        return known(trim(found[0] if len(found) == 1 else found),
+                     f"evidence {'/'.join(where)} (request_set)")
+    fact = fact_from(state, kinds, ("request_set", "sample_requests"), reason)
+    if fact["value"] is not None:
+        fact["value"] = trim(fact["value"])
+    return fact
+
+
 def oom_log(state: Any) -> Fact:
     """Where in which log each OOM was found, from the failure-classification evidence."""
     found = state.of_kind("classification")

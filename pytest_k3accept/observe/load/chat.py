@@ -130,6 +130,10 @@ def _name(value: Any, where: str) -> str | None:
     return str(value)
 
 
+#: key of the optional first JSONL line that names the set (``RequestSet.save`` writes it)
+HEADER = "k3_request_set"
+
+
 @dataclass
 class RequestSet:
     """An ordered list of :class:`ChatRequest` with its name and source file."""
@@ -172,9 +176,12 @@ class RequestSet:
         return hashlib.sha256(self.dumps().encode()).hexdigest()
 
     def save(self, path: str | Path) -> Path:
-        """Write the set as JSONL (``load(path)`` gives an equal set back)."""
+        """Write the set as JSONL (``load(path)`` gives an equal set back, its name too: a
+        first line ``{"k3_request_set": {"name": ...}}`` keeps it; the fingerprint covers the
+        requests only)."""
         p = Path(path)
-        p.write_text(self.dumps(), encoding="utf-8")
+        head = json.dumps({HEADER: {"name": self.name}}, ensure_ascii=False) + "\n"
+        p.write_text((head if self.name else "") + self.dumps(), encoding="utf-8")
         return p
 
     def describe(self) -> dict[str, Any]:

@@ -10,7 +10,9 @@ Two file forms:
   ``messages`` is required; ``tools``, ``max_tokens``, ``id``, ``conversation`` and ``turn``
   are optional; other OpenAI parameters (``temperature``, ``tool_choice`` ...) are kept and
   sent; ``model``, ``stream`` and ``stream_options`` are set by the runner and ignored here.
-  Lines of one ``conversation`` are sent in ``turn`` order, one after the other.
+  Lines of one ``conversation`` are sent in ``turn`` order, one after the other. An optional
+  first line ``{"k3_request_set": {"name": "..."}}`` names the set (``RequestSet.save``
+  writes it; without it the set is named after the file).
 * **Agent set** (``*.toml`` / ``*.json``): a system prompt, tool definitions and user turns
   that expand into requests (see :mod:`.agentset` and docs/load.md).
 
@@ -24,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .chat import ChatRequest, RequestSet, RequestSetError
+from .chat import HEADER, ChatRequest, RequestSet, RequestSetError
 
 __all__ = ["ChatRequest", "RequestSet", "RequestSetError", "from_requests", "load",
            "loads_jsonl"]
@@ -33,6 +35,7 @@ def loads_jsonl(text: str, source: str = "<string>") -> RequestSet:
     """Parse JSONL text; errors name ``source``, the line and the field."""
     reqs: list[ChatRequest] = []
     seen: dict[tuple[str, int], int] = {}
+    name = Path(source).stem
     # split on "\n" only: str.splitlines() would also split inside strings at U+0085/U+2028
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -43,6 +46,14 @@ def loads_jsonl(text: str, source: str = "<string>") -> RequestSet:
         except json.JSONDecodeError as exc:
             raise RequestSetError(f"{where}: column {exc.colno}: invalid JSON: {exc.msg} "
                                   "(one JSON object per line)") from None
+        if isinstance(data, dict) and set(data) == {HEADER} and not reqs:
+            head = data[HEADER]
+            if not (isinstance(head, dict) and isinstance(head.get("name"), str)
+                    and head["name"]):
+                raise RequestSetError(f"{where}: {HEADER}: expected {{\"name\": \"...\"}} "
+                                      f"naming the set, got {head!r}")
+            name = head["name"]
+            continue
         req = ChatRequest.from_json(data, where)
         if req.conversation is not None and req.turn is not None:
             key = (req.conversation, req.turn)
@@ -53,7 +64,7 @@ def loads_jsonl(text: str, source: str = "<string>") -> RequestSet:
         reqs.append(req)
     if not reqs:
         raise RequestSetError(f"{source}: no requests (expected one JSON object per line)")
-    return RequestSet(reqs, name=Path(source).stem, source=source)
+    return RequestSet(reqs, name=name, source=source)
 
 
 def load(path: str | Path) -> RequestSet:
