@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..observe.host.facts import HostFacts
-from ..observe.host.versions import VersionError, driver_covers_cuda, parse_cuda, parse_driver
+from ..observe.host.versions import (VersionError, driver_at_least, driver_covers_cuda,
+                                     full_minimum, parse_cuda, parse_driver)
 
 INTERCONNECTS = (None, "nvlink", "rdma")
 HOW_TO_KNOW = ("pass --k3-host-facts FILE (written by 'k3accept collect' on each GPU node or "
@@ -58,9 +59,11 @@ def _no_gpu(facts: HostFacts) -> str:
 
 def check_driver(facts: HostFacts, minimum: str = "580") -> Check:
     """``k3_driver(min=...)``: every GPU node's driver is at least ``minimum`` (C4)."""
-    need = parse_driver(minimum)
-    expected = f"host driver >= {need.text}" + (" (R%d branch or newer)" % need.major
-                                                 if len(need.parts) == 1 else "")
+    asked = parse_driver(minimum)
+    need = full_minimum(asked)  # "580" -> 580.65.06: CUDA 13.0 needs that release, not R580
+    expected = f"host driver >= {need.text}" + (
+        f" (R{asked.major} as CUDA {_cuda_of(need)} needs it)" if need is not asked else
+        f" (R{need.major} branch or newer)" if len(need.parts) == 1 else "")
     drivers = facts.drivers()
     if not drivers:
         return Check("C4", "k3_driver", None, expected, _no_gpu(facts), HOW_TO_KNOW)
@@ -71,10 +74,15 @@ def check_driver(facts: HostFacts, minimum: str = "580") -> Check:
             continue
         shown.append(f"{version} on {node}")
         try:
-            if not parse_driver(version).at_least(need):
-                bad.append(node)
+            ok = driver_at_least(parse_driver(version), need)
         except VersionError as exc:
             unknown.append(f"{node} ({exc})")
+            continue
+        if ok is False:
+            bad.append(node)
+        elif ok is None:
+            unknown.append(f"{node} (only the branch {version} is known: cannot tell whether "
+                           f"it is >= {need.text})")
     actual = ", ".join(shown) or "unknown"
     if bad:
         return Check("C4", "k3_driver", False, expected, actual,
@@ -83,6 +91,14 @@ def check_driver(facts: HostFacts, minimum: str = "580") -> Check:
         return Check("C4", "k3_driver", None, expected, f"driver unknown on "
                      f"{', '.join(unknown)}", HOW_TO_KNOW)
     return Check("C4", "k3_driver", True, expected, actual)
+
+
+def _cuda_of(floor: object) -> str:
+    """The CUDA family whose minimum driver is ``floor`` ("13.x")."""
+    from ..observe.host.versions import MIN_DRIVER_FOR_CUDA_MAJOR
+
+    found = [m for m, v in MIN_DRIVER_FOR_CUDA_MAJOR.items() if v == str(floor)]
+    return f"{found[0]}.x" if found else "?"
 
 
 def check_cuda(facts: HostFacts, major: int = 13, minor: int | None = None) -> Check:

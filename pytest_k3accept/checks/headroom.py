@@ -19,7 +19,9 @@ A run has headroom when, at its peak,
 Failover: with ``N`` replicas sharing the target load, losing one puts ``N/(N-1)`` of its
 share on each survivor; :func:`failover_factor` gives that factor and the wiring runs the
 scaled load (``LoadProfile.scaled``) on each replica. A run without server metrics cannot be
-decided (``ok is None``).
+decided (``ok is None``). With several engines the line lists each engine's free KV beside
+the fullest one's; a run on a server that also served other clients says so (its figures
+include their traffic).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ class Verdict:
     replicas: int | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: engine -> its peak KV usage (``--data-parallel-size``; empty for one engine)
+    engine_kv: dict[str, float | None] = field(default_factory=dict)
+    #: the server served other clients during the run (:mod:`...observe.load.shared`)
+    shared: bool | None = None
+    shared_note: str = ""
 
     def line(self) -> str:
         """One human line with the measured numbers."""
@@ -67,11 +74,15 @@ class Verdict:
         where = f" at {self.endpoint}" if self.endpoint else ""
         scale = (f" (failover: load x{self.load_factor:.2f} for {self.replicas} replicas)"
                  if self.replicas else "")
-        figures = (f"free KV at peak {_pct(self.free_kv)}, preemptions "
+        each = ", ".join(f"engine {e} {_pct(None if v is None else 1.0 - v)} free"
+                         for e, v in self.engine_kv.items())
+        figures = (f"free KV at peak {_pct(self.free_kv)}"
+                   f"{f' (fullest engine; {each})' if len(self.engine_kv) > 1 else ''}, preemptions "
                    f"{_num(self.preemptions)}, error rate {self.error_rate:.1%}, sustained "
                    f"queue {_num(self.sustained_waiting)} (peak waiting {_num(self.peak_waiting)})")
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
-        return f"{head}{where}{scale}: {figures}{why}"
+        shared = f" [shared server: {self.shared_note}]" if self.shared else ""
+        return f"{head}{where}{scale}: {figures}{why}{shared}"
 
     def judgement(self, run_id: str, failover: bool = False) -> "HeadroomJudgement":
         """This decision as typed evidence naming the run it judged."""
@@ -95,7 +106,8 @@ class Verdict:
                 "sustained_waiting": self.sustained_waiting, "queue_time_mean": self.queue_time_mean,
                 "endpoint": self.endpoint, "load_factor": self.load_factor,
                 "replicas": self.replicas, "limits": dict(self.limits),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "engine_kv": dict(self.engine_kv),
+                "shared": self.shared, "shared_note": self.shared_note}
 
 
 def _pct(v: float | None) -> str:
@@ -161,9 +173,13 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
                      else "GPU telemetry gave no memory figures")
     elif min_free_gpu is not None and free_gpu < min_free_gpu:
         reasons.append(f"free GPU memory at peak {free_gpu:.1%} < required {min_free_gpu:.1%}")
-    common: dict[str, Any] = {"error_rate": error_rate, "endpoint": run.endpoint, "load_factor": load_factor,
-              "replicas": replicas, "limits": limits, "free_gpu": free_gpu}
     srv = run.server
+    others = (srv or {}).get("other_clients") or {}
+    common: dict[str, Any] = {"error_rate": error_rate, "endpoint": run.endpoint, "load_factor": load_factor,
+              "replicas": replicas, "limits": limits, "free_gpu": free_gpu,
+              "shared": others.get("shared"), "shared_note": str(others.get("note") or "")}
+    if others.get("shared"):
+        notes.append(f"shared server: {others.get('note')}")
     unsampled = (srv is not None and srv.get("gauge_samples") == 0
                  and srv.get("peak_kv_from", "samples") == "samples")
     if srv is None or srv.get("peak_kv_usage") is None or unsampled:
@@ -193,7 +209,10 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         reasons.append(f"{waiting:g} requests queued for at least 1 s > allowed "
                        f"{max_waiting:g} (peak waiting {_num(srv.get('peak_waiting'))}, mean "
                        f"queue time {_num(srv.get('queue_time_mean'))} s)")
+    engine_kv = {str(e): (v or {}).get("peak_kv_usage")
+                 for e, v in (srv.get("per_engine") or {}).items()}
     return Verdict(not reasons, tuple(reasons), free_kv=free_kv, peak_kv_usage=peak,
+                   engine_kv=engine_kv,
                    preemptions=preempt, peak_waiting=srv.get("peak_waiting"),
                    sustained_waiting=waiting,
                    queue_time_mean=srv.get("queue_time_mean"), notes=tuple(notes), **common)

@@ -81,6 +81,7 @@ class Option:
     multiple: bool = False
     flag: bool = False
     metavar: str | None = None
+    aliases: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
@@ -112,9 +113,15 @@ OPTIONS: tuple[Option, ...] = (
            parse=_url, metavar="URL"),
     Option("--k3-prometheus-url", "Prometheus server URL (PromQL over its HTTP API) for "
            "remote GPU facts and telemetry", parse=_url, metavar="URL"),
-    Option("--k3-prometheus-selector", "PromQL label matchers applied to every Prometheus "
-           "query so only the deployment's series count, e.g. 'cluster=\"k3\",namespace=~"
-           "\"vllm.*\"'", parse=_selector, metavar="MATCHERS"),
+    Option("--k3-gpu-selector", "label matchers applied to every --k3-prometheus-url query "
+           "and every --k3-dcgm-url series so only the deployment's GPUs and engines count, "
+           "e.g. 'namespace=\"k3\",pod=~\"vllm-.*\"' (alias --k3-prometheus-selector)",
+           env="K3ACCEPT_GPU_SELECTOR", parse=_selector, metavar="MATCHERS",
+           aliases=("--k3-prometheus-selector",)),
+    Option("--k3-local-gpu", "this machine's GPUs (local NVML) are the deployment's: read "
+           "them even when the endpoint is elsewhere (default: only when the endpoint is on "
+           "this machine, or no endpoint and no other facts source is given)", flag=True,
+           env="K3ACCEPT_LOCAL_GPU"),
     Option("--k3-image", "container image reference of the deployment", metavar="REF"),
     Option("--k3-gpu-interval", "GPU telemetry sampling interval in seconds", default=0.5,
            parse=_positive, metavar="SECONDS"),
@@ -154,7 +161,8 @@ class Settings:
     host_facts: tuple[Path, ...] = ()
     dcgm_url: str | None = None
     prometheus_url: str | None = None
-    prometheus_selector: str | None = None
+    gpu_selector: str | None = None
+    local_gpu: bool = False
     image: str | None = None
     gpu_interval: float = 0.5
     profile: Path | None = None
@@ -173,6 +181,11 @@ class Settings:
         return self.endpoints[0] if self.endpoints else None
 
     @property
+    def prometheus_selector(self) -> str | None:
+        """``--k3-gpu-selector`` under its older name."""
+        return self.gpu_selector
+
+    @property
     def launch_testbed(self) -> bool:
         return self.launch is not None and self.launch.strip() == TESTBED
 
@@ -189,15 +202,15 @@ def add_options(parser: pytest.Parser) -> None:
         ini_name = opt.dest
         env = f" [env {opt.env}]" if opt.env else ""
         if opt.flag:
-            group.addoption(opt.name, action="store_true", default=None, dest=opt.dest,
-                            help=opt.help + env)
+            group.addoption(opt.name, *opt.aliases, action="store_true", default=None,
+                            dest=opt.dest, help=opt.help + env)
             parser.addini(ini_name, opt.help, type="bool", default=False)
         elif opt.multiple:
             group.addoption(opt.name, action="append", default=None, dest=opt.dest,
                             metavar=opt.metavar, help=opt.help + env)
             parser.addini(ini_name, opt.help, type="linelist", default=[])
         else:
-            group.addoption(opt.name, action="store", default=None, dest=opt.dest,
+            group.addoption(opt.name, *opt.aliases, action="store", default=None, dest=opt.dest,
                             metavar=opt.metavar, help=f"{opt.help} (default: {opt.default})"
                             + env if opt.default is not None else opt.help + env)
             parser.addini(ini_name, opt.help, default=None)
@@ -248,7 +261,8 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
         host_facts=tuple(Path(p) for p in values["k3_host_facts"] or ()),
         dcgm_url=values["k3_dcgm_url"],
         prometheus_url=values["k3_prometheus_url"],
-        prometheus_selector=values["k3_prometheus_selector"] or None,
+        gpu_selector=values["k3_gpu_selector"] or None,
+        local_gpu=values["k3_local_gpu"],
         image=values["k3_image"],
         gpu_interval=values["k3_gpu_interval"],
         profile=Path(values["k3_profile"]) if values["k3_profile"] else None,

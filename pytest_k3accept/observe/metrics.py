@@ -134,11 +134,34 @@ def _escape_openmetrics(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _families(text: str, openmetrics: bool) -> Iterable[Sample]:
+#: the type each family the decisions read must have; a page declaring another type makes
+#: that family unknown (``Snapshot.problems`` says why), never a figure read as something else
+EXPECTED_TYPES = {**{g: "gauge" for g in ("vllm:kv_cache_usage_perc", "vllm:num_requests_running",
+                                          "vllm:num_requests_waiting")},
+                  **{c: "counter" for c in ("vllm:prompt_tokens", "vllm:generation_tokens",
+                                            "vllm:num_preemptions", "vllm:prefix_cache_queries",
+                                            "vllm:prefix_cache_hits", "vllm:request_success")}}
+_ANY_TYPE = ("unknown", "untyped")
+
+
+def _wrong_type(family: str, kind: str, problems: dict[str, str]) -> bool:
+    """True (and the reason noted) when a family the decisions read has the wrong type."""
+    name = "vllm:" + family[5:] if family.startswith("vllm_") else family
+    name = name[:-len("_total")] if name.endswith("_total") else name
+    want = EXPECTED_TYPES.get(RENAMED.get(name, name))
+    if want is None or kind == want or kind in _ANY_TYPE:
+        return False
+    problems[name] = f"declared a {kind}, expected a {want}: not read (unknown)"
+    return True
+
+
+def _families(text: str, openmetrics: bool, problems: dict[str, str]) -> Iterable[Sample]:
     if not openmetrics:
         from prometheus_client.parser import text_string_to_metric_families
 
         for family in text_string_to_metric_families(text):
+            if _wrong_type(family.name, family.type, problems):
+                continue
             for s in family.samples:
                 yield s.name, s.labels, float(s.value)
         return
@@ -147,6 +170,8 @@ def _families(text: str, openmetrics: bool) -> Iterable[Sample]:
     if not is_openmetrics(text):
         raise ValueError("OpenMetrics page without the closing '# EOF' line (cut short?)")
     for family in om(_escape_openmetrics(text)):
+        if _wrong_type(family.name, family.type, problems):
+            continue
         for s in family.samples:
             name = "vllm:" + s.name[5:] if s.name.startswith("vllm_") else s.name
             yield name, s.labels, float(s.value)
@@ -157,13 +182,16 @@ class Snapshot:
     """Samples of one scrape: ``{(sample_name, labels): value}`` plus the scrape time.
 
     ``aliased`` maps each older family name read as a current one (:data:`RENAMED`) to it;
-    ``openmetrics`` says which exposition format the page had.
+    ``openmetrics`` says which exposition format the page had; ``problems`` names families
+    that were not read as they came (declared with the wrong type, or a series repeated: the
+    highest value of a repeated series is kept).
     """
 
     samples: Mapping[tuple[str, Labels], float]
     at: float = field(default_factory=time.time)
     aliased: Mapping[str, str] = field(default_factory=dict)
     openmetrics: bool = False
+    problems: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str, at: float | None = None,
@@ -171,14 +199,17 @@ class Snapshot:
         """Parse Prometheus text or OpenMetrics exposition (``content_type`` or a final
         ``# EOF`` selects OpenMetrics); raises ``ValueError`` on malformed text."""
         om = is_openmetrics(text, content_type)
+        problems: dict[str, str] = {}
         try:
-            return cls.from_samples(list(_families(text, om)), at, openmetrics=om)
+            return cls.from_samples(list(_families(text, om, problems)), at, openmetrics=om,
+                                    problems=problems)
         except (TypeError, IndexError, KeyError, AttributeError, OverflowError) as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
     @classmethod
     def from_samples(cls, samples: Iterable[Sample], at: float | None = None, *,
-                     openmetrics: bool = False) -> "Snapshot":
+                     openmetrics: bool = False,
+                     problems: Mapping[str, str] | None = None) -> "Snapshot":
         """A snapshot of ``(sample name, labels, value)`` triples (a parsed page, or the
         series of a PromQL answer), older names read as current ones."""
         rows = [(name, tuple(sorted(labels.items())), _finite(float(value)))
@@ -187,6 +218,7 @@ class Snapshot:
         present = {fam for fam in RENAMED.values()
                    if any(fam + suffix in names for suffix in _SUFFIXES)}
         aliased: dict[str, str] = {}
+        said = dict(problems or {})
         out: dict[tuple[str, Labels], float] = {}
         for name, labels, value in rows:
             old = _renamed(name)
@@ -195,8 +227,13 @@ class Snapshot:
                 if RENAMED[family] in present:
                     continue  # the server exports the current family too: read only that
                 aliased[family] = RENAMED[family]
-            out[(name, labels)] = value
-        return cls(out, time.time() if at is None else at, aliased, openmetrics)
+            key = (name, labels)
+            if key in out:  # the same series twice: keep the highest, and say so
+                said.setdefault(re.sub(r"_(total|sum|count|bucket)$", "", name),
+                                "a series repeated on the page: its highest value read")
+                value = value if math.isnan(out[key]) else max(out[key], value)
+            out[key] = value
+        return cls(out, time.time() if at is None else at, aliased, openmetrics, said)
 
     @property
     def has_vllm(self) -> bool:
@@ -391,8 +428,10 @@ class Delta:
         return total / count if count else None
 
     def missing(self) -> list[str]:
-        """The families of :data:`RECORDED` this server does not export (unknown figures)."""
-        return [re.sub(r"_(total|sum)$", "", n) for n in self.later.missing(RECORDED)]
+        """The families of :data:`RECORDED` this server does not export (unknown figures;
+        one the page declares with the wrong type is in ``problems`` instead)."""
+        names = [re.sub(r"_(total|sum)$", "", n) for n in self.later.missing(RECORDED)]
+        return [n for n in names if n not in self.later.problems]
 
     def as_dict(self) -> dict[str, Any]:
         """The figures an acceptance record keeps (None: not exported, see ``missing``)."""
@@ -411,6 +450,7 @@ class Delta:
             "e2e_mean": self.histogram_mean("vllm:e2e_request_latency_seconds"),
             "missing": self.missing(),
             "aliased": dict(self.later.aliased),
+            "problems": {**self.earlier.problems, **self.later.problems},
         }
 
 
@@ -474,13 +514,19 @@ def scan_engine_gauges(text: str) -> dict[str, dict[str, float]]:
     current one is absent; non-finite values are left out, as in :meth:`Snapshot.value`."""
     current: dict[str, dict[str, float]] = {}
     older: dict[str, dict[str, float]] = {}
+    wrong: set[str] = set()  # declared with another type than gauge: unknown, as in parse()
     for line in text.splitlines():
+        if line.startswith("# TYPE vllm"):
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] in _SCAN and parts[3] not in ("gauge", *_ANY_TYPE):
+                wrong.add(_SCAN[parts[2]][0])
+            continue
         if not line.startswith(_SCAN_PREFIXES):
             continue
         brace = line.find("{")
         name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
         found = _SCAN.get(name)
-        if found is None:
+        if found is None or found[0] in wrong:
             continue
         close = line.rfind("}") if brace >= 0 else -1
         rest = line[close + 1:] if brace >= 0 else line[len(name):]
@@ -568,7 +614,7 @@ class MetricsScraper:
 
             http = self._http = httpx.Client(headers=self.headers, timeout=self.timeout)
         with http.stream("GET", self.url) as resp:
-            raw = b""
+            raw = bytearray()  # appended in place: += on bytes copies the page each chunk
             for chunk in resp.iter_bytes():
                 raw += chunk
                 if len(raw) > MAX_METRICS_BODY:

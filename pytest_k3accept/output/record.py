@@ -185,6 +185,7 @@ def build(state: Any, settings: Any, *, environ: Mapping[str, str] | None = None
         "api_key_env": settings.api_key_env, "launch": settings.launch,
         "server_log": str(settings.server_log) if settings.server_log else None,
         "host_facts": [str(p) for p in settings.host_facts], "image": settings.image,
+        "gpu_selector": settings.gpu_selector, "local_gpu": settings.local_gpu,
         "profile": str(settings.profile) if settings.profile else None,
         "preset": settings.preset, "require": settings.require, "timeout": settings.timeout}
     return {

@@ -63,6 +63,7 @@ async def test_runner_token_counts_equal_server_counters(testbed: Any) -> None:
     assert srv["prompt_tokens"] == result.prompt_tokens
     assert srv["generation_tokens"] == result.completion_tokens
     assert sum(srv["successes"].values()) == 14
+    assert result.shared is False and srv["other_clients"]["other_requests"] == 0  # alone
     assert result.request_set["fingerprint"] == load_set(
         DATA / "agent_set.toml").fingerprint()
     # the conversations repeat the system prompt and tools: the prefix cache must hit

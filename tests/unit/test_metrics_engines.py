@@ -192,7 +192,7 @@ def test_prometheus_selector_errors_say_what(prom: tuple[StubServer, dict[str, A
     stub, _ = prom
     with pytest.raises(RemoteError, match=r"HTTP 400.*bad_data.*parse error"):
         Prometheus(stub.base_url, selector='cluster=~"("').kv_cache_usage()
-    with pytest.raises(RemoteError, match=r'the selector \{cluster="none"\} matched no GPU'):
+    with pytest.raises(RemoteError, match=r'the selector matched no GPU series: \{cluster="none"\}'):
         Prometheus(stub.base_url, selector='cluster="none"').facts()
     assert Prometheus(stub.base_url, selector='cluster="none"').kv_cache_usage() is None
     for bad in ("k3", "cluster", '{a="b"}}', 'a="b"\nc="d"'):
@@ -365,10 +365,11 @@ def test_prometheus_selector_setting() -> None:
     def make(**options: object) -> settings.Settings:
         return settings.from_config(Config(options), environ={})  # type: ignore[arg-type]
 
-    assert make(k3_prometheus_selector='{cluster="k3"}').prometheus_selector == 'cluster="k3"'
-    assert make().prometheus_selector is None
-    with pytest.raises(pytest.UsageError, match="--k3-prometheus-selector: not a PromQL"):
-        make(k3_prometheus_selector="k3")
+    assert make(k3_gpu_selector='{cluster="k3"}').gpu_selector == 'cluster="k3"'
+    assert make(k3_gpu_selector='{cluster="k3"}').prometheus_selector == 'cluster="k3"'
+    assert make().gpu_selector is None
+    with pytest.raises(pytest.UsageError, match="--k3-gpu-selector: not a PromQL"):
+        make(k3_gpu_selector="k3")
 
 
 def test_load_result_line_names_each_engine_and_unknowns() -> None:

@@ -18,10 +18,11 @@ from .versions import VersionError, parse_cuda, parse_driver
 class FactsFileError(ValueError):
     """A facts file that cannot be used; ``path`` and ``field`` say where."""
 
-    def __init__(self, path: str, field: str, problem: str) -> None:
+    def __init__(self, path: str, field: str, problem: str,
+                 hint: str = "write it with 'k3accept collect --out FILE' on the GPU node",
+                 ) -> None:
         where = f"field '{field}'" if field else "the file"
-        super().__init__(f"facts file {path}: {where}: {problem} (write it with "
-                         "'k3accept collect --out FILE' on the GPU node)")
+        super().__init__(f"facts file {path}: {where}: {problem} ({hint})")
         self.path = path
         self.field = field
 
@@ -135,18 +136,21 @@ def _gpus(value: Any, path: str) -> tuple[GpuFacts, ...]:
     return tuple(out)
 
 
-def loads(text: str, path: str = "<facts>") -> NodeFacts:
-    """Parse facts-file text."""
+def _json(text: str, path: str) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FactsFileError(path, "", f"not JSON: {exc.msg} at line {exc.lineno} column "
                              f"{exc.colno}") from None
-    return from_dict(data, path)
 
 
-def load(path: str | Path) -> NodeFacts:
-    """Read and validate one facts file."""
+def loads(text: str, path: str = "<facts>") -> NodeFacts:
+    """Parse facts-file text."""
+    return from_dict(_json(text, path), path)
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON document in ``path`` (a facts file, or ``kubectl get nodes -o json``)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -154,7 +158,12 @@ def load(path: str | Path) -> NodeFacts:
         raise FactsFileError(str(p), "", "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FactsFileError(str(p), "", f"cannot be read: {exc}") from None
-    return loads(text, str(p))
+    return _json(text, str(p))
+
+
+def load(path: str | Path) -> NodeFacts:
+    """Read and validate one facts file."""
+    return from_dict(read_json(path), str(path))
 
 
 def dumps(facts: NodeFacts) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .facts import GpuFacts, NodeFacts
 
@@ -135,23 +135,27 @@ def metrics_url(url: str) -> str:
 
 
 class Dcgm:
-    """dcgm-exporter's ``/metrics``: facts and memory readings."""
+    """dcgm-exporter's ``/metrics``: facts and memory readings; ``selector`` (the GPU
+    selector's label matchers) keeps only the series it matches, as PromQL would."""
 
     label = "dcgm"
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, selector: str | None = None) -> None:
         self.url = metrics_url(url)
         self.timeout = timeout
+        self.matchers = selector_matchers(selector)
+        self._match = label_filter(self.matchers)
         self._http = _Http(timeout)
 
     def samples(self) -> list[Sample]:
-        """One scrape, parsed with prometheus_client's text parser."""
+        """One scrape, parsed with prometheus_client's text parser (within the selector)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         text = self._http.get(self.url).text
         try:
             return [(s.name, dict(s.labels), float(s.value))
-                    for fam in text_string_to_metric_families(text) for s in fam.samples]
+                    for fam in text_string_to_metric_families(text) for s in fam.samples
+                    if self._match(s.labels)]
         except ValueError as exc:
             raise RemoteError(f"{shown(self.url)} did not return Prometheus text: {exc}"
                               ) from None
@@ -159,6 +163,9 @@ class Dcgm:
     def facts(self) -> list[NodeFacts]:
         """Node facts from one scrape; RemoteError when there are no dcgm series."""
         nodes = nodes_from_samples(self.samples(), f"dcgm:{shown(self.url)}")
+        if not nodes and self.matchers:
+            raise RemoteError(f"the selector matched no GPU series: {{{self.matchers}}} at "
+                              f"dcgm-exporter {shown(self.url)}")
         if not nodes:
             raise RemoteError(f"{shown(self.url)} exposes no DCGM_FI_* series with a 'gpu' label: "
                               "is it dcgm-exporter?")
@@ -183,7 +190,49 @@ def selector_matchers(selector: str | None) -> str:
     if any(c in text for c in "{}\n") or (text and not shaped):
         raise ValueError(f"not a PromQL label selector: {selector!r} (write e.g. "
                          "'cluster=\"k3\",namespace=\"vllm\"')")
+    _parse(text)
     return text
+
+
+_MATCHER = re.compile(r'\s*([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def _parse(matchers: str) -> list[tuple[str, str, str]]:
+    """``[(label, op, value)]`` of PromQL matchers; ValueError naming the selector."""
+    tests: list[tuple[str, str, str]] = []
+    pos = 0
+    while pos < len(matchers):
+        m = _MATCHER.match(matchers, pos)
+        if m is None:
+            raise ValueError(f"not a PromQL label selector: {matchers!r} (write e.g. "
+                             "'cluster=\"k3\",pod=~\"vllm-.*\"')")
+        tests.append((m.group(1), m.group(2), re.sub(r'\\(.)', r"\1", m.group(3))))
+        pos = m.end()
+    return tests
+
+
+def label_filter(matchers: str) -> Callable[[Mapping[str, str]], bool]:
+    """A test of a series' labels against PromQL matchers (``=``, ``!=``, ``=~``, ``!~``;
+    regular expressions anchored, as PromQL's), for sources read without PromQL; a
+    regular expression Python cannot compile is a ValueError naming it."""
+    tests = _parse(matchers)
+    for _, op, value in tests:
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"selector {matchers!r}: bad regular expression "
+                                 f"{value!r}: {exc}") from None
+
+    def match(labels: Mapping[str, str]) -> bool:
+        for name, op, value in tests:
+            have = labels.get(name, "")
+            if op in ("=", "!=") and (have == value) != (op == "="):
+                return False
+            if op in ("=~", "!~") and bool(re.fullmatch(value, have)) != (op == "=~"):
+                return False
+        return True
+    return match
 
 
 def scoped(metric: str, matchers: str) -> str:
@@ -253,7 +302,7 @@ class Prometheus:
         """Node facts from the dcgm series Prometheus holds (within the selector)."""
         nodes = nodes_from_samples(self._memory_samples(), f"prometheus:{shown(self.url)}")
         if not nodes and self.matchers:
-            raise RemoteError(f"the selector {{{self.matchers}}} matched no GPU series "
+            raise RemoteError(f"the selector matched no GPU series: {{{self.matchers}}} "
                               f"({USED}) at Prometheus {shown(self.url)}")
         if not nodes:
             raise RemoteError(f"Prometheus at {shown(self.url)} holds no {USED} series: is it "

@@ -240,10 +240,11 @@ def kv_reading(value: KvReading) -> dict[str, tuple[float, int | None]]:
 
 def pick_source(dcgm_url: str | None = None, prometheus_url: str | None = None,
                 nvml_module: Any = None, timeout: float = 10.0,
-                prometheus_selector: str | None = None,
+                prometheus_selector: str | None = None, local: bool = True,
                 ) -> tuple[MemorySource | None, str | None]:
     """The first memory source that answers: dcgm-exporter and Prometheus when given (they
-    name the deployment's GPUs explicitly), then local NVML.
+    name the deployment's GPUs explicitly, scoped by the GPU selector), then local NVML
+    (only when ``local``: this machine's GPUs belong to the deployment).
 
     Returns ``(source, None)`` or ``(None, why none works)``.
     """
@@ -253,7 +254,7 @@ def pick_source(dcgm_url: str | None = None, prometheus_url: str | None = None,
     why: list[str] = []
     remotes: list[Dcgm | Prometheus] = []
     if dcgm_url:
-        remotes.append(Dcgm(dcgm_url, timeout=timeout))
+        remotes.append(Dcgm(dcgm_url, timeout=timeout, selector=prometheus_selector))
     if prometheus_url:
         remotes.append(Prometheus(prometheus_url, timeout=timeout, selector=prometheus_selector))
     for remote in remotes:
@@ -265,10 +266,14 @@ def pick_source(dcgm_url: str | None = None, prometheus_url: str | None = None,
                        "DCGM_FI_DEV_FB_USED series")
         except RemoteError as exc:
             why.append(f"{remote.label}: {exc}")
-    local = NvmlMemory(nvml_module)
-    if local.available:
-        return local, None
-    why.append(f"local NVML: {local.error}")
+    if not local:
+        why.append("local NVML not used: this machine is not the deployment's "
+                   "(--k3-local-gpu uses it)")
+        return None, "; ".join(why)
+    mine = NvmlMemory(nvml_module)
+    if mine.available:
+        return mine, None
+    why.append(f"local NVML: {mine.error}")
     if not dcgm_url and not prometheus_url:
         why.append("no --k3-dcgm-url / --k3-prometheus-url given")
     return None, "; ".join(why)

@@ -4,7 +4,10 @@ NVIDIA driver versions are written as a branch (``"580"``, ``"R580"``, ``"r580"`
 (``"580.65.06"``, ``"575.57.08"``). A requirement is met when the actual version, cut to the
 precision of the requirement, is not lower: ``580.65.06`` satisfies ``"580"`` and
 ``"580.65"``, ``575.57.08`` satisfies neither, and a bare branch ``"580"`` does not prove
-``"580.65.06"`` (missing parts count as 0). CUDA versions are ``"13"``, ``"13.0"``,
+``"580.65.06"`` (missing parts count as 0 in :func:`driver_meets`; :func:`driver_at_least`
+says "unknown" instead). The checks compare in full: a requirement written as a bare
+branch means the branch's first release that its CUDA family needs (:func:`full_minimum`:
+"580" -> 580.65.06, CUDA 13.0's minimum; a 580.xx beta below it does not run CUDA 13). CUDA versions are ``"13"``, ``"13.0"``,
 ``"13.0.1"`` or NVML's integer (``13000`` -> ``"13.0"``).
 """
 
@@ -99,6 +102,30 @@ def cuda_from_int(value: int) -> Version:
     return Version((major, minor), f"{major}.{minor}")
 
 
+#: the lowest full driver of a branch that a CUDA family needs (580 -> 580.65.06): a bare
+#: branch requirement means at least this release of it
+BRANCH_FLOOR: dict[int, str] = {int(v.split(".")[0]): v for v in MIN_DRIVER_FOR_CUDA_MAJOR.values()}
+
+
+def full_minimum(minimum: "Version") -> "Version":
+    """A requirement as a full version: a bare branch whose first release for a CUDA family
+    is known (:data:`BRANCH_FLOOR`: "580" -> "580.65.06", what CUDA 13.0 needs) becomes that
+    release; anything else stays as written."""
+    floor = BRANCH_FLOOR.get(minimum.major) if len(minimum.parts) == 1 else None
+    return parse_driver(floor) if floor else minimum
+
+
+def driver_at_least(actual: "Version", minimum: "Version") -> bool | None:
+    """Is ``actual`` >= ``minimum``, compared in full? None when ``actual`` is written less
+    precisely and agrees with ``minimum`` as far as it goes ("580" against "580.65.06":
+    the branch alone cannot tell)."""
+    n = len(minimum.parts)
+    if len(actual.parts) >= n:
+        return actual.padded(n) >= minimum.parts
+    head = minimum.parts[:len(actual.parts)]
+    return None if actual.parts == head else actual.parts > head
+
+
 def driver_meets(actual: str, minimum: str) -> bool:
     """True when driver ``actual`` is at least ``minimum`` (both parsed; see module doc)."""
     return parse_driver(actual).at_least(parse_driver(minimum))
@@ -121,6 +148,7 @@ def driver_covers_cuda(driver_cuda: str | None, driver: str | None,
         floor = MIN_DRIVER_FOR_CUDA_MAJOR.get(need.major)
         if floor is None:
             return None, f"no known minimum driver for CUDA {need.major}.x"
-        ok = parse_driver(driver).at_least(parse_driver(floor))
-        return ok, f"driver {driver} vs minimum {floor} for CUDA {need.major}.x"
+        known = driver_at_least(parse_driver(driver), parse_driver(floor))
+        return known, f"driver {driver} vs minimum {floor} for CUDA {need.major}.x" + (
+            " (only the branch is known)" if known is None else "")
     return None, "host driver unknown"

@@ -73,6 +73,19 @@ class LoadResult:
         return None if self.server is None else self.server.get("preemptions")
 
     @property
+    def other_clients(self) -> dict[str, Any]:
+        """The server's work over the run against what the run sent (:mod:`.shared`)."""
+        found = (self.server or {}).get("other_clients")
+        return dict(found) if isinstance(found, dict) else {"shared": None,
+                                                             "other_requests": None}
+
+    @property
+    def shared(self) -> bool | None:
+        """True when the server served other clients during the run (its figures include
+        their traffic), False when it served only this run, None when unknown."""
+        return self.other_clients.get("shared")
+
+    @property
     def context_tokens(self) -> int | None:
         """Prompt length of the load: the synthetic target, else the longest prompt sent."""
         if self.request_set.get("synthetic"):
@@ -121,7 +134,8 @@ class LoadResult:
             sustained_waiting=(None if srv.get("sustained_waiting") is None
                                else float(srv["sustained_waiting"])),
             target_source=target_source, target=target, failover=failover, load_factor=float(load_factor),
-            endpoint=self.endpoint)
+            endpoint=self.endpoint, shared=self.shared,
+            other_requests=self.other_clients.get("other_requests"))
 
     def line(self) -> str:
         """One human line: counts, latencies and server figures."""
@@ -136,10 +150,12 @@ class LoadResult:
                              for e, v in engines.items()) if len(engines) > 1 else ""
             srv = (f", peak KV {_pct(kv)}{f' (fullest engine; {each})' if each else ''}, "
                    f"{'unknown' if pre is None else f'{pre:.0f}'} preemptions")
+        note = self.other_clients.get("note") if self.shared else ""
         return (f"{self.profile.name}: {s['ok']}/{s['requests']} ok ({s['errors']} errors) in "
                 f"{self.elapsed:.1f} s, {s['request_throughput']:.2f} req/s, TTFT p99 "
                 f"{_s(ttft)}, e2e p99 {_s(e2e)}, concurrency {self.achieved_concurrency['mean']:.1f} "
-                f"(max {self.achieved_concurrency['max']:.0f}){srv}")
+                f"(max {self.achieved_concurrency['max']:.0f}){srv}"
+                + (f"; SHARED: {note}" if note else ""))
 
     def as_dict(self, records: bool = False) -> dict[str, Any]:
         """JSON-serializable view; ``records=True`` adds compact per-request records."""

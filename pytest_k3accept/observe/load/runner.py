@@ -9,7 +9,9 @@ stops sending and cancels what is in flight; cancelled requests count as ``timeo
 While it runs, a background task samples the server's KV-cache usage, running and waiting
 gauges from ``/metrics`` (a cheap line scan every ``sample_interval`` s) and reports
 progress; counter deltas (tokens, preemptions, prefix-cache hits, queue time) come from
-full scrapes before and after. The hot path does no logging, takes no lock and writes
+full scrapes before and after, and are compared with what the run sent
+(``server["other_clients"]``, :mod:`.shared`: a server that also served other clients marks
+the run shared). The hot path does no logging, takes no lock and writes
 into preallocated lists.
 """
 
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
-from . import stats
+from . import shared, stats
 from .profile import LoadProfile
 from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
@@ -295,6 +297,8 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         recs, spans, not_sent = run.finish(t_end)
         summary = stats.summarize(recs, elapsed)
         server = await mon.final(summary["ok"])
+        if server is not None:  # did the server serve other clients during the run?
+            server["other_clients"] = shared.compare(summary, server)
         gpu = gpu_figures(telemetry, started_at, time.time())
     finally:
         await mon.close()

