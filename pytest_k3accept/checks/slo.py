@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..observe.load import stats
+from ..observe.load import buffering, stats
 
 _LAT = ("ttft", "itl", "tpot", "e2e")
 _STATS = ("p50", "p90", "p99", "mean", "max")
@@ -117,11 +117,15 @@ def check(summary: Mapping[str, Any], slo: SLO,
     """Breaches of ``slo`` by a run (its ``summary`` from :func:`stats.summarize`).
 
     Goodput limits need the per-request ``records``. A latency limit with no successful
-    request to measure is a breach ("not measured").
+    request to measure is a breach ("not measured"); one that a buffering proxy made
+    unmeasurable carries the proxy's message as its note (:func:`unknown`: the SLO is unknown).
     """
     out: list[Breach] = []
     good: dict[str, float] | None = None
     lim = slo.limits
+    buffered = summary.get("latency_unreliable")
+    if buffered and (lim.keys() & {"goodput_ttft", "goodput_tpot"}):
+        records = None  # a "good" request's TTFT/TPOT is not measurable through the proxy
     if ("goodput" in lim or "goodput_ratio" in lim) and records is not None:
         good = stats.goodput(records, float(summary.get("elapsed") or 0.0),
                              ttft=lim.get("goodput_ttft"), tpot=lim.get("goodput_tpot"),
@@ -144,6 +148,13 @@ def check(summary: Mapping[str, Any], slo: SLO,
                 direction == "min" and measured < required):
             out.append(Breach(name, measured, required, direction, unit))
     return out
+
+
+def unknown(breaches: Sequence[Breach]) -> bool:
+    """True when every breach is a limit that could not be measured because the stream was
+    buffered (the SLO is then unknown, neither met nor breached)."""
+    return bool(breaches) and all(b.measured is None and b.note.startswith(
+        buffering.BUFFERED) for b in breaches)
 
 
 def judged(summary: Mapping[str, Any], slo: SLO,
@@ -173,6 +184,10 @@ def judged(summary: Mapping[str, Any], slo: SLO,
 
 
 def _why_missing(summary: Mapping[str, Any], name: str) -> str:
+    buffered = summary.get("latency_unreliable")
+    if buffered and (name.split("_")[0] in ("ttft", "itl", "tpot")
+                     or name.startswith("goodput")):
+        return str(buffered)
     if name.startswith("goodput"):
         return "needs the per-request records"
     if not summary.get("ok"):

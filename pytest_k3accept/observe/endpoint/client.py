@@ -30,7 +30,7 @@ import httpx
 
 from . import untrusted as U
 from .auth import auth_headers
-from .faults import classify_exception, describe_exception
+from .faults import classify_exception, describe_exception, describe_proxy_answer, proxy_of
 from .transport import PostStream, raw_chunks
 
 _timeout = getattr(asyncio, "timeout", None)
@@ -60,6 +60,8 @@ class RequestResult:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     chunks: int = 0
     stream: bool = False
+    #: the proxy that answered (``Server``/``Via`` header, error page), None: the server itself
+    proxy: str | None = None
 
     @property
     def tpot(self) -> float | None:
@@ -181,6 +183,7 @@ class K3Client:
                     t0: float) -> None:
         async with PostStream(self._http, path, body) as resp:
             res.status = resp.status_code
+            res.proxy = proxy_of(resp.headers)
             limit = U.MAX_ERROR_BODY if resp.status_code >= 400 else U.MAX_BODY
             raw, total = await _read_capped(resp, limit)
         res.e2e = time.perf_counter() - t0
@@ -206,6 +209,12 @@ class K3Client:
         res.error_kind = "http-5xx" if status >= 500 else "http-4xx"
         res.error_body = U.error_body(raw, total)
         message = U.message_of(res.error_body, U.decode(raw[:300]) or f"HTTP {status}")
+        text = U.decode(raw[:2000])
+        if status >= 500 and not text.lstrip().startswith("{"):  # not vLLM's JSON error
+            named = proxy_of({}, text)
+            res.proxy = res.proxy or named
+            if res.proxy and (status in (502, 503, 504) or named):
+                message = describe_proxy_answer(status, res.proxy, self.base_url)
         if status in (401, 403):
             message += (" [the API key is missing or was rejected: put it in the environment "
                         "variable named by --k3-api-key-env]")
@@ -215,6 +224,7 @@ class K3Client:
                       t0: float) -> None:
         async with PostStream(self._http, path, body) as resp:
             res.status = resp.status_code
+            res.proxy = proxy_of(resp.headers)
             if resp.status_code >= 400:
                 raw, total = await _read_capped(resp, U.MAX_ERROR_BODY)
                 res.e2e = time.perf_counter() - t0

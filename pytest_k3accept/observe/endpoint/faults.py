@@ -8,7 +8,8 @@ what happened to which URL, what had been received, what to do. Used by
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -66,11 +67,65 @@ def describe_exception(exc: BaseException, kind: str, res: "RequestResult", url:
             return (f"no answer from {url} within {timeout:g} s ({detail}); the server is "
                     "overloaded, stalled or unreachable; raise --k3-timeout if it is just slow")
         return (f"the server sent nothing for {timeout:g} s{got} ({detail}): the stream "
-                "stalled; raise --k3-timeout if generation is this slow")
+                "stalled; raise --k3-timeout if generation is this slow"
+                + proxy_cut(res.proxy))
     if kind == "connection":
         if res.status is None:
             return (f"cannot connect to {url}, or it closed the connection before answering "
                     f"({detail}): the server is down, restarting or not listening there")
         return (f"the connection to {url} was lost{got} ({detail}): did the server process "
-                "stop or crash? check its log")
+                "stop or crash? check its log" + proxy_cut(res.proxy))
     return f"unexpected response from {url}{got}: {detail}"
+
+
+#: ``Server`` header values that are the model server itself, not a proxy in front of it
+_SERVERS = ("uvicorn", "hypercorn", "vllm", "granian", "gunicorn", "python", "basehttp",
+            "aiohttp", "werkzeug", "tornado", "daphne", "sglang", "tgi", "text-generation")
+#: proxies that name themselves in their error pages when they send no ``Server`` header
+_PAGE_NAMES = ("nginx", "openresty", "envoy", "haproxy", "traefik", "cloudflare", "apache",
+               "istio", "kong", "caddy", "squid", "varnish")
+
+
+def proxy_of(headers: Any, body: str = "") -> str | None:
+    """The proxy that answered, from the ``Server`` / ``Via`` header or an error page's body
+    (``nginx/1.22.1``, ``envoy``); None when the answer came from the model server itself."""
+    server = U.clean(str(headers.get("server") or ""), 80)
+    if server and not server.lower().startswith(_SERVERS):
+        return server
+    via = U.clean(str(headers.get("via") or ""), 80)
+    if via:
+        return f"via {via}"
+    low = body[:2000].lower()
+    if body.lstrip().startswith("{"):
+        return None  # a JSON error: vLLM's own (or an OpenAI-compatible server's)
+    for name in _PAGE_NAMES:
+        if name in low:
+            match = re.search(rf"{name}(/[0-9][0-9.]*)?", low)
+            return match.group(0) if match else name
+    if not server and ("bad gateway" in low or "gateway time" in low):
+        return "a proxy (unnamed)"
+    return None
+
+
+def describe_proxy_answer(status: int, proxy: str, url: str) -> str:
+    """A proxy's own 502/503/504 (or other 5xx) answer, worded apart from vLLM's errors."""
+    head = f"HTTP {status} from the proxy {proxy} in front of {url}, not from vLLM: "
+    if status == 502:
+        return head + ("the proxy could not get an answer from the server (server down, "
+                       "restarting or crashed, or the proxy's upstream address is wrong); "
+                       "check the server, then the proxy's upstream")
+    if status == 504:
+        return head + ("the server did not answer within the proxy's read timeout (nginx: "
+                       "proxy_read_timeout, default 60 s); raise it for long generations, "
+                       "or check whether the server is stalled")
+    if status == 503:
+        return head + "the proxy has no healthy server to send the request to"
+    return head + "the proxy failed the request itself; check the proxy's log"
+
+
+def proxy_cut(proxy: str | None) -> str:
+    """What to add to a lost or stalled stream's message when it came through a proxy."""
+    if not proxy:
+        return ""
+    return (f" [through the proxy {proxy}: it may have cut an idle stream at its read timeout "
+            "(nginx: proxy_read_timeout), or the server behind it stopped]")

@@ -135,12 +135,14 @@ class LoadResult:
                                else float(srv["sustained_waiting"])),
             target_source=target_source, target=target, failover=failover, load_factor=float(load_factor),
             endpoint=self.endpoint, shared=self.shared,
+            latency_unreliable=s.get("latency_unreliable"),
             other_requests=self.other_clients.get("other_requests"))
 
     def line(self) -> str:
         """One human line: counts, latencies and server figures."""
         s = self.summary
         ttft = s["ttft"]["p99"] if s["ttft"] else None
+        buffered = s.get("latency_unreliable")  # a buffering proxy: no TTFT to show
         e2e = s["e2e"]["p99"] if s["e2e"] else None
         srv = ""
         if self.server:
@@ -153,9 +155,10 @@ class LoadResult:
         note = self.other_clients.get("note") if self.shared else ""
         return (f"{self.profile.name}: {s['ok']}/{s['requests']} ok ({s['errors']} errors) in "
                 f"{self.elapsed:.1f} s, {s['request_throughput']:.2f} req/s, TTFT p99 "
-                f"{_s(ttft)}, e2e p99 {_s(e2e)}, concurrency {self.achieved_concurrency['mean']:.1f} "
+                f"{'unknown (buffered stream)' if buffered else _s(ttft)}, e2e p99 {_s(e2e)}, "
+                f"concurrency {self.achieved_concurrency['mean']:.1f} "
                 f"(max {self.achieved_concurrency['max']:.0f}){srv}"
-                + (f"; SHARED: {note}" if note else ""))
+                + (f"; SHARED: {note}" if note else "") + (f"; {buffered}" if buffered else ""))
 
     def as_dict(self, records: bool = False) -> dict[str, Any]:
         """JSON-serializable view; ``records=True`` adds compact per-request records."""

@@ -115,9 +115,15 @@ def summarize(records: Sequence[Record], elapsed: float) -> dict[str, Any]:
     """Summary of one run: counts, error classes, latency distributions and throughput.
 
     Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``; seconds) come from successful
-    requests only; ITL pools every inter-token gap of every successful stream.
+    requests only; ITL pools every inter-token gap of every successful stream. When the
+    streams arrived in one burst (a buffering proxy, :mod:`.buffering`), ``ttft``, ``itl``
+    and ``tpot`` are None and ``latency_unreliable`` says why (e2e stays measured).
     """
+    from . import buffering
+
     ok = [r for r in records if r.ok]
+    burst = buffering.judge(ok)
+    unreliable = burst["unreliable"]
     n_ok = len(ok)
     itl_total = sum(len(r.itl) for r in ok)
     gaps: list[float] = [0.0] * itl_total
@@ -137,9 +143,12 @@ def summarize(records: Sequence[Record], elapsed: float) -> dict[str, Any]:
         "error_rate": (len(records) - n_ok) / len(records) if records else 0.0,
         "errors_by_kind": error_counts(records),
         "elapsed": elapsed,
-        "ttft": distribution(r.ttft for r in ok if r.ttft is not None),
-        "itl": distribution(gaps),
-        "tpot": distribution(t for t in (r.tpot for r in ok) if t is not None),
+        "ttft": None if unreliable else distribution(r.ttft for r in ok if r.ttft is not None),
+        "itl": None if unreliable else distribution(gaps),
+        "tpot": None if unreliable else distribution(
+            t for t in (r.tpot for r in ok) if t is not None),
+        "latency_unreliable": unreliable,
+        "buffered_streams": {"streams": burst["streams"], "bursts": burst["bursts"]},
         "e2e": distribution(r.e2e for r in ok if r.e2e is not None),
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -1,0 +1,99 @@
+"""A reverse proxy between the plugin and a real vLLM 0.32 server (Debian's nginx on loopback,
+and a store-and-forward proxy): streaming measured through it, a buffered stream's TTFT
+unknown instead of wrong, and the proxy's own 502/504 answers named as the proxy's.
+
+Bounds are wide: this VM can freeze a process for 5-25 s, so latencies are compared in
+minutes, and only the properties that do not depend on the machine's speed are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nginx_proxy import nginx_factory, start_buffering  # noqa: F401 (a fixture)
+
+from pytest_k3accept.checks import headroom
+from pytest_k3accept.checks.slo import SLO, check, unknown
+from pytest_k3accept.observe.endpoint.client import K3Client
+from pytest_k3accept.observe.endpoint.discover import discover
+from pytest_k3accept.observe.load.buffering import BUFFERED
+from pytest_k3accept.observe.load.profile import LoadProfile
+from pytest_k3accept.observe.load.runner import run_load
+
+pytestmark = [pytest.mark.live]
+
+USER = [{"role": "user", "content": "Tell me about the weather."}]
+PROFILE = LoadProfile(name="through-proxy", context_tokens=64, output_tokens=24,
+                      concurrency=1, requests=6, warmup=1, max_seconds=600)
+
+
+def _run(base_url: str) -> Any:
+    ep = discover(base_url, timeout=60)
+    return asyncio.run(run_load(ep, None, PROFILE, metrics=False))
+
+
+def test_streaming_through_nginx_is_measured_like_direct(testbed: Any,
+                                                         nginx_factory: Any) -> None:
+    proxy = nginx_factory(testbed.base_url, buffering=False)
+    direct, through = _run(testbed.base_url), _run(proxy.base_url)
+    for res in (direct, through):
+        assert res.summary["ok"] == PROFILE.requests, res.line()
+        assert res.summary["latency_unreliable"] is None, res.line()
+        assert res.summary["ttft"] is not None and res.summary["itl"] is not None
+    assert {r.proxy for r in direct.records} == {None}
+    assert {r.proxy for r in through.records} == {proxy.server}
+    # the same figures within a wide bound (a frozen process costs seconds, not minutes)
+    for name in ("ttft", "e2e"):
+        assert abs(direct.summary[name]["p50"] - through.summary[name]["p50"]) < 60
+    assert through.evidence("r1", "test").latency_unreliable is None
+
+
+def test_a_buffering_proxy_makes_ttft_unknown_not_a_figure(testbed: Any) -> None:
+    url, proc = start_buffering(testbed.base_url)
+    try:
+        res = _run(url)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    s = res.summary
+    assert s["ok"] == PROFILE.requests, res.line()
+    assert s["buffered_streams"]["bursts"] * 2 >= s["buffered_streams"]["streams"] > 0
+    assert s["latency_unreliable"].startswith(BUFFERED)
+    assert s["ttft"] is None and s["itl"] is None and s["tpot"] is None
+    assert s["e2e"] is not None  # the whole answer's time is still measured
+    assert "TTFT p99 unknown (buffered stream)" in res.line() and BUFFERED in res.line()
+    run = res.evidence("r1", "test")
+    assert run.latency_unreliable == s["latency_unreliable"]
+    assert type(run).from_data(run.to_data()).latency_unreliable == run.latency_unreliable
+    breaches = check(s, SLO.from_mapping({"ttft_p99": 30.0, "e2e_p99": 600.0}))
+    assert unknown(breaches) and [b.name for b in breaches] == ["ttft_p99"]
+    assert BUFFERED in str(breaches[0])
+    verdict = headroom.decide(res)
+    assert any(BUFFERED in n for n in verdict.notes)
+
+
+def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: Any) -> None:
+    from pytest_k3accept.observe.server.launch import free_port
+
+    down = nginx_factory(f"127.0.0.1:{free_port()}")  # nothing listens there
+    slow = nginx_factory(testbed.base_url, read_timeout=1)
+
+    async def both() -> tuple[Any, Any, Any]:
+        async with K3Client(down.base_url, "k3-testbed", timeout=60) as c1, \
+                K3Client(slow.base_url, "k3-testbed", timeout=60) as c2:
+            return (await c1.chat(USER, stream=True, max_tokens=4),
+                    await c2.chat(USER, max_tokens=1800, ignore_eos=True),
+                    await c2.chat(USER, stream=True, max_tokens=4))
+
+    bad_gateway, timed_out, fine = asyncio.run(both())
+    assert bad_gateway.status == 502 and bad_gateway.error_kind == "http-5xx"
+    assert bad_gateway.proxy == down.server
+    assert bad_gateway.error.startswith(f"HTTP 502 from the proxy {down.server} in front of "
+                                        f"{down.base_url}, not from vLLM: the proxy could not "
+                                        "get an answer from the server")
+    assert timed_out.status == 504, timed_out.error
+    assert timed_out.error.startswith(f"HTTP 504 from the proxy {slow.server}")
+    assert "proxy_read_timeout" in timed_out.error
+    assert fine.ok and fine.proxy == slow.server  # the same proxy, answering normally
