@@ -232,13 +232,25 @@ def finish(record: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
 
 
 def write(record: Mapping[str, Any], path: Path) -> Path:
-    """Write the record as indented JSON, atomically (temp file + rename); return the path."""
+    """Write the record as indented JSON, atomically (temp file, flushed to disk, then
+    rename); return the path. A failed write (full disk, read-only) raises OSError and leaves
+    a record already at ``path`` as it was; the partial temporary file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=str) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    data = (json.dumps(record, indent=2, sort_keys=False, default=str) + "\n").encode()
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
     return path
 
 
