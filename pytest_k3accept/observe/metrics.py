@@ -652,6 +652,18 @@ class MetricsScraper:
         return (f"cannot scrape {self.url}: {why}; metrics are not available (is the server "
                 "still up?)")
 
+    async def afetch(self, http: Any) -> tuple[int, str, str | None]:
+        """Status, text and content type of one GET through an ``httpx.AsyncClient``, read
+        up to just past :data:`MAX_METRICS_BODY` (a huge page is never held whole)."""
+        raw = bytearray()
+        async with http.stream("GET", self.url, headers=self.headers) as resp:
+            async for chunk in resp.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_METRICS_BODY:
+                    break
+        return (resp.status_code, raw.decode("utf-8", "replace"),
+                resp.headers.get("content-type"))
+
     async def ascrape(self, http: Any = None) -> Snapshot:
         """One asynchronous scrape (optionally through an existing ``httpx.AsyncClient``)."""
         import httpx
@@ -659,10 +671,9 @@ class MetricsScraper:
         try:
             if http is None:
                 async with httpx.AsyncClient(headers=self.headers, timeout=self.timeout) as c:
-                    resp = await c.get(self.url)
+                    status, text, ctype = await self.afetch(c)
             else:
-                resp = await http.get(self.url, headers=self.headers)
+                status, text, ctype = await self.afetch(http)
         except Exception as exc:  # noqa: BLE001 - any transport failure: not available
             raise MetricsUnavailable(self._unreachable(exc)) from None
-        return self._check(resp.status_code, resp.content.decode("utf-8", "replace"),
-                           resp.headers.get("content-type"))
+        return self._check(status, text, ctype)

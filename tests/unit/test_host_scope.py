@@ -96,6 +96,9 @@ def test_local_nvml_only_when_asked_or_local() -> None:
     assert used is False and "the endpoint http://***@gpu-node-7:8000 is not on this" in why
     assert "--k3-local-gpu" in why and "pw" not in why
     assert local_wanted(False, [], remote=True)[0] is False
+    # --k3-launch without an endpoint: the plugin starts the server here
+    assert local_wanted(False, [], remote=True, launched=True) == (True, "")
+    assert local_wanted(False, ["http://gpu-node-7:8000"], launched=True)[0] is False
 
 
 def test_remote_facts_are_not_merged_with_this_machine() -> None:

@@ -36,15 +36,16 @@ def on_this_machine(url: str | None) -> bool:
 
 
 def local_wanted(asked: bool, endpoints: Iterable[str] = (), remote: bool = False,
-                 ) -> tuple[bool, str]:
+                 launched: bool = False) -> tuple[bool, str]:
     """Whether this machine's GPUs (local NVML) belong to the deployment's facts, and the
     note that says why not: only when asked (``--k3-local-gpu``), when the endpoint is on
-    this machine, or when there is neither an endpoint nor any other facts source. Never
-    merged silently into remote facts."""
+    this machine (a server the plugin launches without an endpoint is), or when there is
+    neither an endpoint nor any other facts source. Never merged silently into remote
+    facts."""
     from .remote import shown
 
     urls = list(endpoints)
-    if asked:
+    if asked or (launched and not urls):
         return True, ""
     if urls and on_this_machine(urls[0]):
         return True, ""

@@ -26,7 +26,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..metrics import fold_gauges, number, scan_engine_gauges
+from ..metrics import MAX_METRICS_BODY, fold_gauges, number, scan_engine_gauges
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -122,8 +122,9 @@ class Monitor:
         """One cheap gauge sample; peaks kept in ``peaks``."""
         assert self._http is not None and self.scraper is not None
         try:
-            resp = await self._http.get(self.scraper.url)
-            per = scan_engine_gauges(resp.text) if resp.status_code == 200 else {}
+            status, text, _ = await self.scraper.afetch(self._http)  # bounded read
+            per = (scan_engine_gauges(text) if status == 200 and len(text) <= MAX_METRICS_BODY
+                   else {})
         except Exception:  # noqa: BLE001 - a sample may fail under load; counted
             per = {}
         if not per:
