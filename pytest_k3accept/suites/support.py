@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 #: startup arguments the suites compare with a preset
@@ -26,9 +27,10 @@ _LINE = re.compile(r"non-default args:\s*(\{.*\})\s*$")
 _PAIR = re.compile(r"'(\w+)':\s*('(?:[^'\\]|\\.)*'|True|False|None|-?\d+(?:\.\d+)?)")
 
 
-def server_args(log: str | Iterable[str]) -> dict[str, Any] | None:
-    """The startup arguments of the last start in ``log`` (text or lines; only
-    :data:`KEYS`), or None when the log has no ``non-default args`` line."""
+def server_args(log: str | Iterable[str], keys: Sequence[str] = KEYS,
+                ) -> dict[str, Any] | None:
+    """The startup arguments of the last start in ``log`` (text or lines; only ``keys``,
+    default :data:`KEYS`), or None when the log has no ``non-default args`` line."""
     found = None
     for line in log.splitlines() if isinstance(log, str) else log:
         m = _LINE.search(line.rstrip())
@@ -41,7 +43,33 @@ def server_args(log: str | Iterable[str]) -> dict[str, Any] | None:
         values = parsed if isinstance(parsed, dict) else {}
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         values = {k: ast.literal_eval(v) for k, v in _PAIR.findall(found)}
-    return {k: values[k] for k in KEYS if k in values}
+    return {k: values[k] for k in keys if k in values}
+
+
+def command_args(words: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, Any],
+                                                                      dict[str, str]]:
+    """The ``keys`` among a launch command's ``--flag [value]`` options (``--no-x``: x False;
+    the last occurrence wins) and its ``env K=V`` assignments."""
+    env: dict[str, str] = {}
+    i = 1 if words and words[0].rsplit("/", 1)[-1] == "env" else 0
+    while i < len(words) and "=" in words[i] and not words[i].startswith("-"):
+        name, _, value = words[i].partition("=")
+        env[name] = value
+        i += 1
+    found: dict[str, Any] = {}
+    for j, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word[2:].partition("=")
+        key, positive = name.replace("-", "_"), True
+        if key.startswith("no_"):
+            key, positive = key[3:], False
+        if key not in keys:
+            continue
+        nxt = words[j + 1] if j + 1 < len(words) else None
+        found[key] = value if eq else (nxt if positive and nxt is not None
+                                       and not nxt.startswith("--") else positive)
+    return found, env
 
 
 def layout_problems(args: Mapping[str, Any], *, expert_parallel: bool | None,
@@ -95,11 +123,13 @@ def all2all_problem(backend: str, interconnects: Mapping[str, Mapping[str, bool 
 def tool_call_problems(calls: Sequence[Mapping[str, Any]],
                        tools: Sequence[Mapping[str, Any]]) -> list[str]:
     """What is malformed in parsed tool calls (empty: every call names a defined tool and
-    carries JSON-object arguments with the tool's required keys)."""
-    defined = {}
+    carries JSON-object arguments with the tool's required keys that validate against its
+    ``parameters`` JSON schema)."""
+    defined, schemas = {}, {}
     for tool in tools:
         spec = tool.get("function", {}) if isinstance(tool, Mapping) else {}
         defined[spec.get("name")] = spec.get("parameters", {}).get("required", [])
+        schemas[spec.get("name")] = spec.get("parameters")
     problems = []
     for i, call in enumerate(calls):
         raw = call.get("function")
@@ -122,7 +152,80 @@ def tool_call_problems(calls: Sequence[Mapping[str, Any]],
         if missing:
             problems.append(f"call {i} ({name}): required argument(s) missing: "
                             f"{', '.join(missing)}")
+            continue
+        wrong = schema_problem(arguments, schemas.get(name))
+        if wrong:
+            problems.append(f"call {i} ({name}): arguments do not match the tool's JSON "
+                            f"schema: {wrong}")
     return problems
+
+
+def schema_problem(arguments: Any, schema: Any) -> str | None:
+    """The first way ``arguments`` break the tool's ``parameters`` JSON schema (types, enums,
+    extra keys where the schema forbids them), or None; None too without a schema."""
+    if not isinstance(schema, Mapping) or not schema:
+        return None
+    import jsonschema
+
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"the tool's own schema is invalid: {exc.message}"
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+    return f"{where}: {error.message}"
+
+
+@dataclass(frozen=True)
+class ToolCallRate:
+    """Parsed tool calls over N attempts: how many came back parsed, and how many of those
+    validated against the tool's JSON schema, against the preset's minimum share."""
+
+    attempts: int
+    parsed: int
+    valid: int
+    minimum: float
+    problems: tuple[str, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        """Attempts that parsed and validated / attempts."""
+        return self.valid / self.attempts if self.attempts else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.attempts > 0 and self.rate >= self.minimum - 1e-12
+
+    def line(self) -> str:
+        """One line with the figures."""
+        return (f"{self.valid} of {self.attempts} attempts parsed and matched the tool's "
+                f"schema ({self.rate:.0%}, at least {self.minimum:.0%} needed); "
+                f"{self.parsed} parsed")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"attempts": self.attempts, "parsed": self.parsed, "valid": self.valid,
+                "rate": self.rate, "minimum": self.minimum, "ok": self.ok,
+                "problems": list(self.problems)}
+
+
+def tool_call_rate(calls_per_attempt: Sequence[Sequence[Mapping[str, Any]]],
+                   tools: Sequence[Mapping[str, Any]], minimum: float) -> ToolCallRate:
+    """Judge N attempts (each the parsed ``tool_calls`` of one answer; empty: not parsed)."""
+    parsed = valid = 0
+    problems: list[str] = []
+    for n, calls in enumerate(calls_per_attempt, 1):
+        if not calls:
+            problems.append(f"attempt {n}: no parsed tool call")
+            continue
+        parsed += 1
+        found = tool_call_problems(calls, tools)
+        if found:
+            problems.append(f"attempt {n}: " + "; ".join(found))
+        else:
+            valid += 1
+    return ToolCallRate(len(calls_per_attempt), parsed, valid, minimum, tuple(problems))
 
 
 def near_target(target: int, served: int | None, output: int, fraction: float,

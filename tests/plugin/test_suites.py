@@ -239,9 +239,10 @@ def test_platform_with_launched_testbed(pytester: pytest.Pytester, testbed_cache
     monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
     result, rec = run_suite(pytester, "platform", "--k3-launch", "testbed", "--k3-preset",
                             "testbed", "--k3-launch-timeout", "300")
-    result.assert_outcomes(passed=3, skipped=5)
+    result.assert_outcomes(passed=3, skipped=6)  # S6 recipe arguments: no --k3-recipe
     st = statuses(rec)
     assert (st["C1"], st["C2"], st["C11"], st["S4"]) == ("pass",) * 4
+    assert st["S6"] == "skip"
     assert (st["C3"], st["C4"], st["C5"]) == ("skip",) * 3
     assert rec["verdict"]["name"] == "functional-only"
     prefill = [e for e in rec["evidence"] if e["kind"] == "response"]

@@ -99,6 +99,8 @@ SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
 SUITE_FIELDS: dict[tuple[str, str], tuple[str, Check]] = {
     ("poc", "max_tokens"): ("poc_max_tokens", _int(1)),
     ("poc", "tool_call_max_tokens"): ("poc_tool_call_max_tokens", _int(1)),
+    ("poc", "tool_call_attempts"): ("poc_tool_call_attempts", _int(1)),
+    ("poc", "min_tool_call_rate"): ("poc_min_tool_call_rate", _number(0.0, 1.0)),
     ("platform", "prefill_tokens"): ("prefill_tokens", _int(1)),
     ("platform", "prefill_fraction"): ("prefill_fraction", _number(0.0, 1.0, open_low=True)),
     ("agent", "request_set"): ("agent_request_set", _text),

@@ -78,6 +78,11 @@ class Suites:
 
     poc_max_tokens: int = 16
     poc_tool_call_max_tokens: int = 1024
+    #: parsed tool-call attempts and the share that must parse and validate against the
+    #: tool's JSON schema (the recipe: K3 occasionally emits a format its parser does not
+    #: expect; validate against the schema and retry)
+    poc_tool_call_attempts: int = 1
+    poc_min_tool_call_rate: float = 1.0
     prefill_tokens: int | None = None
     prefill_fraction: float = 0.9
     agent_request_set: str | None = None

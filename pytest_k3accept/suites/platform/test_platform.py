@@ -99,6 +99,50 @@ def test_4_interconnect_vs_all_to_all(request: pytest.FixtureRequest, k3_preset:
     assert ok, f"ENVIRONMENT: {words}"
 
 
+@pytest.mark.k3_check("S6")
+def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
+                            k3_server_args: Any) -> None:
+    """4d. The server runs the recipe profile's arguments and environment (``--k3-recipe``,
+    ``--k3-hardware``, ``--k3-strategy``): each argument from its log's ``non-default args``
+    line (else the launch command), each environment variable from the launch command.
+    A different value fails naming the recipe value, the live one and the recipe (file, date,
+    profile); an argument or variable the server does not show is unknown, never a pass."""
+    from pytest_k3accept.checks.recipe_args import COMMAND, LOG, check_args, check_env, summary
+    from pytest_k3accept.output.reproduction import split_command
+    from pytest_k3accept.suites.support import command_args, server_args
+
+    if k3_recipe is None:
+        pytest.skip("not checked: no --k3-recipe (the official recipe's profile gives the "
+                    "arguments and environment to compare)")
+    args, env = dict(k3_recipe.args), dict(k3_recipe.env)
+    ident = k3_recipe.recipe.identity()
+    where = (f"{ident.get('file')} ({ident.get('date_updated') or 'undated'}, "
+             f"{k3_recipe.label()})")
+    live_args: dict[str, Any] | None = None
+    live_env: dict[str, str] | None = None
+    source = LOG
+    if k3_server_args.known:
+        with open(k3_server_args.source, encoding="utf-8", errors="replace") as lines:
+            live_args = server_args(lines, keys=tuple(args))
+    launch = settings_of(request.config).launch
+    if launch and launch.split()[:1] != ["testbed"]:
+        from_cmd, live_env = command_args(split_command(launch), tuple(args))
+        if live_args is None:
+            live_args, source = from_cmd, COMMAND
+    checks = check_args(args, live_args, source=source, where=where)
+    checks += check_env(env, live_env, where=where)
+    failed, unknown = summary(checks)
+    state_of(request.config).add(
+        "recipe-args", f"recipe {where}: {len(checks) - len(failed) - len(unknown)} as the "
+        f"recipe says, {len(failed)} different, {len(unknown)} unknown",
+        {"recipe": ident, "profile": k3_recipe.label(), "source": source,
+         "checks": [c.as_dict() for c in checks]}, nodeid=request.node.nodeid)
+    assert not failed, (f"the server differs from the recipe {where}: " + "; ".join(failed)
+                        + (f" (unknown: {len(unknown)})" if unknown else ""))
+    if unknown and len(unknown) == len(checks):
+        unavailable(request.config, "recipe arguments not checked: " + unknown[0])
+
+
 @pytest.mark.k3_check("S4")
 @pytest.mark.asyncio
 async def test_5_prefill_near_target(request: pytest.FixtureRequest, k3_endpoint: Any,
