@@ -148,7 +148,21 @@ def _reproduction(state: Any, settings: Any, environ: Mapping[str, str]) -> dict
                               "(k3_gpu fixture, k3_load / k3_headroom)"))
     out["cache_hit"] = _cache_hit(state, flags if command else None)
     out["oom_log"] = rp.oom_log(state)
+    out["recipe"] = _recipe(state)
     return out
+
+
+def _recipe(state: Any) -> dict[str, Any]:
+    """The official recipe the session was judged against: file, ``date_updated``, sha256,
+    hardware and strategy (a changed recipe is a changed variable against a baseline)."""
+    ev = state.latest("recipe")
+    ident = ev.data.get("recipe") if ev is not None else None
+    if not isinstance(ident, Mapping):
+        return rp.unknown("no --k3-recipe in this session (the expectations came from the "
+                          "preset alone)")
+    value = {k: ident.get(k) for k in ("file", "title", "date_updated", "sha256")}
+    value.update(hardware=ev.data.get("hardware"), strategy=ev.data.get("strategy"))
+    return rp.known(value, "--k3-recipe (evidence recipe)")
 
 
 def _cache_hit(state: Any, flags: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -156,3 +156,22 @@ def test_the_kimi_k3_preset_asks_for_several_attempts() -> None:
 
     sp = load_preset("kimi-k3").suites
     assert sp.poc_tool_call_attempts >= 3 and 0 < sp.poc_min_tool_call_rate < 1
+
+
+def test_the_record_keeps_the_recipes_identity() -> None:
+    from pytest_k3accept.config.settings import Settings
+    from pytest_k3accept.evidence.store import RunState
+    from pytest_k3accept.output import record
+    from pytest_k3accept.output.redact import Redactor
+
+    state = RunState()
+    rec = record.finish(record.build(state, Settings(), environ={}), Redactor())
+    assert rec["reproduction"]["recipe"]["value"] is None
+    assert "no --k3-recipe" in rec["reproduction"]["recipe"]["reason"]
+    p = _profile()
+    state.add("recipe", f"recipe {p.recipe.where()}", p.as_dict())
+    rec = record.finish(record.build(state, Settings(), environ={}), Redactor())
+    value = rec["reproduction"]["recipe"]["value"]
+    assert value["date_updated"] == "2026-08-15" and value["sha256"].startswith("5c0f86de")
+    assert (value["hardware"], value["strategy"]) == ("h200", "single_node_tp")
+    assert record.validate(rec) == []
