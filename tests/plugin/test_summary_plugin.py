@@ -153,7 +153,7 @@ def test_an_unreachable_endpoint_is_said_once_and_named_by_the_advice(
     text = result.stdout.str()
     assert text.count("cannot reach http://127.0.0.1:9/v1/models") == 2  # error + verdict
     assert "During handling of the above exception" not in text
-    assert text.count("the message is at test_x.py::test_needs_the_server[0], above") == 4
+    assert text.count("(said in full at test_x.py::test_needs_the_server[0])") == 4
     rec = json.loads((pytester.path / "out" / "record.json").read_text())
     verdict = rec["verdict"]
     assert verdict["name"] == "undecided"
@@ -162,10 +162,18 @@ def test_an_unreachable_endpoint_is_said_once_and_named_by_the_advice(
 
 
 def test_without_require_the_skips_say_it_once_too(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_x=UNREACHABLE_SUITE)
+    pytester.makepyfile(test_x="import pytest\n" + "\n".join(
+        f"@pytest.mark.k3_check('C6')\ndef test_{i}(k3_endpoint):\n    pass\n"
+        for i in range(4)))
     result = pytester.runpytest("--k3-endpoint", "http://127.0.0.1:9", "-rs", *OUT)
-    result.assert_outcomes(skipped=5)
-    assert result.stdout.str().count("cannot reach http://127.0.0.1:9/v1/models") == 2
+    result.assert_outcomes(skipped=4)
+    text = result.stdout.str()
+    assert text.count("cannot reach http://127.0.0.1:9/v1/models") == 2  # skip + verdict
+    assert text.count("(said in full at test_x.py::test_0)") == 3
+    rec = json.loads((pytester.path / "out" / "record.json").read_text())
+    [c6] = [c for c in rec["checklist"] if c["id"] == "C6"]
+    assert len(c6["tests"]) == 4  # the checklist keeps each test's full message
+    assert all("cannot reach" in t["message"] for t in c6["tests"])
 
 
 def test_a_test_deciding_more_items_by_fixture_carries_k3_checklist_once(
