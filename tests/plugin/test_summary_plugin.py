@@ -192,3 +192,16 @@ def test_layers(k3_layers, k3_verdict):
     props = _junit_properties(pytester.path / "out" / "junit.xml")
     assert [k for k, _ in props].count("k3_verdict") == 1
     assert ("k3_C12", "pass") in props
+
+
+def test_another_plugin_s_usage_error_leaves_the_plugin_inert(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('''
+import pytest
+
+def pytest_configure(config):
+    raise pytest.UsageError("--other-option: bad value")
+''')
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--html", "out/report.html", "-p", "no:cacheprovider")
+    assert result.ret == 4
+    assert not (pytester.path / "out" / "report.html").exists()
