@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
-from . import shared, stats
+from . import shared, stall, stats
 from .profile import LoadProfile
 from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
@@ -295,6 +295,7 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         if progress is not None and mon.reported:  # a closing line after progress lines
             mon.report(run, t0, progress)
         recs, spans, not_sent = run.finish(t_end)
+        await stall.annotate(client, recs)  # streams stalled while /health said 200
         summary = stats.summarize(recs, elapsed)
         server = await mon.final(summary["ok"])
         if server is not None:  # did the server serve other clients during the run?

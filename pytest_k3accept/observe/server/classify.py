@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from . import enginecore
 from .logread import LogLine, clean, split_lines
 from .timeline import Timeline, line_time
 from .triage.patterns import AFTER_INIT, BEFORE, KV, LOADING, SERVING, STAGES, unwrap
@@ -252,6 +253,14 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
         hit = min(hits, key=lambda h: (h.tier, h.order))
         if hit.tier == 3 and exit_code in _KILLED_EXIT:
             return _killed(scan, http, exit_code, notes)
+        if hit.rule == "engine-dead" and enginecore.killed_from_outside(
+                [h.line for h in hits] + list(scan.all_exceptions()),
+                [ev.line or "" for ev in scan.timeline.events.values()]):
+            stage = max(_stage_at(scan, hit, http), _tl_stage(scan.timeline, None, http))
+            return Classification("killed", _phase_text(stage, scan.timeline, http),
+                                  (Quote(enginecore.KILLED), _quote(hit.line, hit.text)),
+                                  enginecore.ADVICE, "engine-core-killed", "matched",
+                                  exit_code, notes, stage=STAGES[stage])
         return _from_hit(scan, hit, hits, exit_code, http, notes)
     return _without_log_evidence(scan, exit_code, http, notes, ended)
 
