@@ -152,14 +152,18 @@ def testbed_release(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def release_testbed(testbed_release: str, testbed_factory: Callable[..., TestbedServer],
-                    request: pytest.FixtureRequest) -> TestbedServer:
+                    request: pytest.FixtureRequest) -> Iterator[TestbedServer]:
     """A healthy testbed server of ``testbed_release``: the session's ``testbed`` for the
-    configured release, one more server (tiny model, 1 GiB KV cache) for another."""
+    configured release; for another, one more server (tiny model, 1 GiB KV cache), stopped as
+    soon as the tests of that release are done."""
     from pytest_k3accept import testbed
 
     if testbed_release == testbed.testbed_version():
-        return request.getfixturevalue("testbed")  # type: ignore[no-any-return]
-    return testbed_factory(release=testbed_release)
+        yield request.getfixturevalue("testbed")
+        return
+    server = testbed_factory(release=testbed_release)
+    yield server
+    server.process.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
