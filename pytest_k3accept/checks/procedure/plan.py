@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...compare.thresholds import ThresholdError, Thresholds
+from ...compare.thresholds import from_table as thresholds_from
 from ...decide.layers import Layers, LayersError, read_table
 from ...observe.load.profile import LoadProfile, ProfileError
 from ...observe.load.profile import from_table as load_from_table
@@ -100,6 +102,8 @@ class DecisionProfile:
     layers: Layers = field(default_factory=Layers)
     audience: str | None = None
     source: str = ""
+    #: the ``[baseline]`` table: regression thresholds against ``--k3-baseline``
+    baseline: Thresholds = field(default_factory=Thresholds)
 
     def target(self) -> dict[str, Any]:
         """The target load the verdict judges against."""
@@ -107,7 +111,8 @@ class DecisionProfile:
 
 
 def read_profile(path: str | Path | None, base: LoadProfile | None = None) -> DecisionProfile:
-    """Read a profile file: load values, ``[layers]``, ``[procedure]`` and ``audience``.
+    """Read a profile file: load values, ``[layers]``, ``[procedure]``, ``[baseline]`` and
+    ``audience``.
 
     Raises :class:`ProcedureError` naming the file and field for any bad value.
     """
@@ -122,6 +127,10 @@ def read_profile(path: str | Path | None, base: LoadProfile | None = None) -> De
     except LayersError as exc:
         raise ProcedureError(str(exc)) from None
     spec = ProcedureSpec.from_mapping(data.get("procedure", {}), f"{p}: [procedure]")
+    try:
+        baseline = thresholds_from(data.get("baseline"), f"{p}: [baseline]")
+    except ThresholdError as exc:
+        raise ProcedureError(str(exc)) from None
     audience = data.get("audience")
     if audience is not None and audience not in AUDIENCES:
         raise ProcedureError(f"{p}: audience: expected one of {', '.join(AUDIENCES)}, got "
@@ -133,7 +142,7 @@ def read_profile(path: str | Path | None, base: LoadProfile | None = None) -> De
     if spec.reduced_request_set and not Path(spec.reduced_request_set).is_absolute():
         spec = dataclasses.replace(spec, reduced_request_set=str(
             (p.parent / spec.reduced_request_set).resolve()))
-    return DecisionProfile(load, spec, layers, audience, str(p))
+    return DecisionProfile(load, spec, layers, audience, str(p), baseline)
 
 
 @dataclass

@@ -227,8 +227,9 @@ def parse_text(text: str, fmt: str, where: str) -> dict[str, Any]:
         raise ProfileError(str(exc)) from None
 
 
-#: tables of a profile file that other modules read (layers.py, procedure.py), not the load
-DECISION_KEYS = ("layers", "procedure", "audience")
+#: tables of a profile file that other modules read (layers.py, procedure.py,
+#: compare/thresholds.py), not the load
+DECISION_KEYS = ("layers", "procedure", "audience", "baseline")
 
 
 def load(path: str | Path, base: LoadProfile | None = None) -> LoadProfile:
