@@ -8,6 +8,8 @@ Subcommands:
   ``k3accept testbed status``            is the testbed installed? (exit 1 with the reason if not)
   ``k3accept triage LOG [--exit-code N] [--json]``
                                          classify a vLLM server log (LOG a file or -)
+  ``k3accept compare OLD NEW [--markdown|--json]``
+                                         compare two records (exit 1 on a regression)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from .compare import command as compare_command
 from .observe.server.triage import command as triage_command
 
 
@@ -62,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--image", default=None, help="container image reference, if known")
     col.set_defaults(func=_collect)
     triage_command.add_parser(sub)
+    compare_command.add_parser(sub)
     return parser
 
 
