@@ -5,7 +5,8 @@ Scenarios: a healthy start (every timeline event, init before the first response
 the terminal summary); a KV cache too small for max-model-len at init; weights that do not fit
 (``huge`` with ``--load-format dummy``); an engine that dies at its first request (``head16``).
 Each classification is asserted with its evidence line, which is also attached to this test's
-report as a ``k3_classification`` property.
+report as a ``k3_classification`` property. The healthy start and the KV cache too small at
+init also run on the second release (``testbed.SECOND_RELEASE``).
 """
 
 from __future__ import annotations
@@ -15,19 +16,23 @@ from typing import Any, Callable
 
 import pytest
 
+from pytest_k3accept.testbed import RELEASES, SECOND_RELEASE
+
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture
-def launch_command(testbed_cache: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
-    """A shell command line that starts a real testbed server (environment included)."""
+def launch_command(testbed_cache: str, testbed_release: str,
+                   monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """A shell command line that starts a real testbed server of ``testbed_release``
+    (environment included)."""
     from pytest_k3accept import testbed
     from pytest_k3accept.observe.server.launch import free_port
 
     monkeypatch.setenv("K3ACCEPT_CACHE", testbed_cache)
 
     def make(**kw: Any) -> str:
-        return testbed.testbed_launch_command(free_port(), **kw)
+        return testbed.testbed_launch_command(free_port(), version=testbed_release, **kw)
 
     return make
 
@@ -66,12 +71,17 @@ def test_startup():
 '''
 
 
-@pytest.mark.parametrize("kw, category, quoted, present", [
-    ({"kv_cache_bytes": 1_000_000, "max_model_len": 4096}, "kv-capacity-at-init",
-     "To serve at least one request with the model's max seq len (4096)", "weights_loaded"),
-    ({"variant": "huge"}, "loading", "DefaultCPUAllocator: can't allocate memory",
+KV_TOO_SMALL = ({"kv_cache_bytes": 1_000_000, "max_model_len": 4096}, "kv-capacity-at-init",
+                "To serve at least one request with the model's max seq len (4096)", "weights_loaded")
+
+
+@pytest.mark.parametrize("testbed_release, kw, category, quoted, present", [
+    (RELEASES[0], *KV_TOO_SMALL),
+    (RELEASES[0], {"variant": "huge"}, "loading", "DefaultCPUAllocator: can't allocate memory",
      "load_start"),
-], ids=["kv-cache-too-small", "weights-do-not-fit"])
+    (SECOND_RELEASE, *KV_TOO_SMALL),
+], ids=["kv-cache-too-small", "weights-do-not-fit", f"kv-cache-too-small-{SECOND_RELEASE}"],
+    indirect=["testbed_release"])
 def test_failed_start_is_classified_before_tests_are_skipped(
         pytester: pytest.Pytester, launch_command: Callable[..., str],
         record_property: Callable[[str, object], None], kw: dict[str, Any], category: str,
@@ -127,6 +137,7 @@ async def test_startup(k3_server):
 '''
 
 
+@pytest.mark.parametrize("testbed_release", RELEASES, indirect=True)
 def test_healthy_launch_records_every_event_and_shows_the_timeline(
         pytester: pytest.Pytester, launch_command: Callable[..., str]) -> None:
     result = _run(pytester, HEALTHY, "--k3-launch", launch_command())
