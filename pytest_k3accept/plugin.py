@@ -25,6 +25,7 @@ WIRING: tuple[str, ...] = (
     "pytest_k3accept.fixtures.load",
     "pytest_k3accept.fixtures.host",
     "pytest_k3accept.fixtures.decide",
+    "pytest_k3accept.fixtures.baseline",
     "pytest_k3accept.fixtures.robustness",
     "pytest_k3accept.fixtures.report",
     "pytest_k3accept.fixtures.summary",

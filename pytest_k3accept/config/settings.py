@@ -138,6 +138,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--k3-strategy", "serving strategy of the recipe profile, as the recipe names it "
            "(default: the recipe's default_strategy)", env="K3ACCEPT_STRATEGY", metavar="NAME"),
     Option("--k3-record", "write the reproduction record (JSON) to PATH", metavar="PATH"),
+    Option("--k3-baseline", "reproduction record of an earlier session (repeatable): this "
+           "session is judged as its re-measurement (conditions changed, figures side by "
+           "side, regressions beyond the profile's [baseline] thresholds fail k3_baseline)",
+           env="K3ACCEPT_BASELINE", multiple=True, metavar="RECORD.json"),
     Option("--k3-summary-md", "write the session's Markdown summary (verdict, checklist, "
            "artifacts) to PATH; under GitHub Actions it is also appended to "
            "$GITHUB_STEP_SUMMARY", env="K3ACCEPT_SUMMARY_MD", metavar="PATH"),
@@ -171,6 +175,7 @@ class Settings:
     hardware: str | None = None
     strategy: str | None = None
     record: Path | None = None
+    baseline: tuple[Path, ...] = ()
     summary_md: Path | None = None
     artifacts: Path = Path("artifacts")
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -271,6 +276,7 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
         hardware=values["k3_hardware"] or None,
         strategy=values["k3_strategy"] or None,
         record=Path(values["k3_record"]) if values["k3_record"] else None,
+        baseline=tuple(Path(p) for p in values["k3_baseline"] or ()),
         summary_md=Path(values["k3_summary_md"]) if values["k3_summary_md"] else None,
         artifacts=Path(values["k3_artifacts"]),
     )

@@ -48,6 +48,8 @@ class RunState:
     tests: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: the comparison with ``--k3-baseline`` (``compare.Comparisons``), set at session end
+    comparison: Any = None
     #: prefix of this process's run ids (an xdist worker's id), so merged ids stay unique
     run_prefix: str = ""
     _runs: int = 0

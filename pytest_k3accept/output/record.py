@@ -222,6 +222,8 @@ def build(state: Any, settings: Any, *, environ: Mapping[str, str] | None = None
         "tests": outcomes_of(state),
         "evidence": [rp.trim(e.as_dict()) for e in state.evidence],
         "notes": list(state.notes),
+        **({"comparison": state.comparison.to_data()}
+           if getattr(state, "comparison", None) is not None else {}),
     }
 
 

@@ -68,3 +68,14 @@ def test_require_from_env_and_testbed_flag() -> None:
     assert make(env={"K3ACCEPT_REQUIRE": "1"}).require is True
     assert make({"k3_launch": "testbed"}).launch_testbed
     assert not make({"k3_launch": "vllm serve x"}).launch_testbed
+
+
+def test_baseline_records_repeatable_from_option_env_or_ini() -> None:
+    from pathlib import Path
+
+    assert make().baseline == ()
+    assert make({"k3_baseline": ["a.json", "b.json"]}).baseline == (Path("a.json"),
+                                                                   Path("b.json"))
+    assert make(env={"K3ACCEPT_BASELINE": "last.json, older.json"}).baseline == (
+        Path("last.json"), Path("older.json"))
+    assert make(ini={"k3_baseline": ["ini.json"]}).baseline == (Path("ini.json"),)
