@@ -34,6 +34,7 @@ def test_an_excerpt_without_the_engines_own_lines_stays_serving() -> None:
     engine_error = LOG.read_text() + ("\n(EngineCore pid=31394) ERROR 12-01 14:13:07 "
                                       "[core.py:1000] EngineCore encountered a fatal error.\n")
     assert classify(engine_error, exit_code=0).rule != "engine-core-killed"
+    assert classify(LOG.read_text(), exit_code=1).rule == "engine-dead"  # not what was seen
 
 
 class _Resp:

@@ -253,7 +253,8 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
         hit = min(hits, key=lambda h: (h.tier, h.order))
         if hit.tier == 3 and exit_code in _KILLED_EXIT:
             return _killed(scan, http, exit_code, notes)
-        if hit.rule == "engine-dead" and enginecore.killed_from_outside(
+        if hit.rule == "engine-dead" and exit_code in (None, 0) and \
+                enginecore.killed_from_outside(
                 [h.line for h in hits] + list(scan.all_exceptions()),
                 [ev.line or "" for ev in scan.timeline.events.values()]):
             stage = max(_stage_at(scan, hit, http), _tl_stage(scan.timeline, None, http))

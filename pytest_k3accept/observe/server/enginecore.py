@@ -6,7 +6,9 @@ is killed from outside (SIGKILL, the kernel OOM killer) the API server lives on 
 seconds: streams end with "EngineCore encountered an issue", new requests get HTTP 500,
 ``/health`` answers 503, then the API server exits (with status 0 on vLLM 0.32). The log
 then holds the API server's ``EngineDeadError`` and nothing from the engine core itself:
-:func:`killed_from_outside` reads that, :func:`find` finds the process (Linux ``/proc``).
+:func:`killed_from_outside` reads that (the classification asks it only while the API
+server runs or after it exited 0, as seen; a non-zero exit stays the engine-dead rule's),
+:func:`find` finds the process (Linux ``/proc``).
 """
 
 from __future__ import annotations
