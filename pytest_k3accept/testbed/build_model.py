@@ -3,7 +3,7 @@
 Standalone script: run it with the testbed virtualenv's python (the one that has
 torch, transformers and tokenizers); the plugin never imports it::
 
-    python build_model.py --out DIR --variant tiny|head16|huge [--seed N]
+    python build_model.py --out DIR --variant tiny|head16|huge|hybrid [--seed N]
 
 Variants:
 
@@ -14,6 +14,10 @@ Variants:
   configuration").
 * ``huge``   - config.json + tokenizer only, for a model whose weights cannot fit
   (vocab 2,000,000 x hidden 8192). Serve it with ``--load-format dummy``.
+* ``hybrid`` - Qwen3NextForCausalLM, a Kimi-K3-like hybrid: 3 gated-delta-net (linear
+  attention, recurrent state) layers and 1 full-attention layer, hidden 128, head_dim 64, and
+  one MoE layer (4 experts, top-2; vLLM's Qwen3Next needs one). With prefix caching vLLM runs
+  it in ``mamba_cache_mode="align"`` (block size 128 on CPU), as it runs K3.
 
 The directory is built in a temporary sibling directory and renamed into place,
 so a half-written model is never visible at ``--out``.
@@ -173,13 +177,26 @@ def model_config(variant: str, tokenizer: Any) -> Any:
         return LlamaConfig(vocab_size=2_000_000, hidden_size=8192, intermediate_size=28672,
                            num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8,
                            head_dim=128, max_position_embeddings=8192, **common)
+    if variant == "hybrid":
+        from transformers import Qwen3NextConfig
+
+        hybrid = {**common, "architectures": ["Qwen3NextForCausalLM"]}
+        return Qwen3NextConfig(
+            vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+            num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"],
+            num_attention_heads=2, num_key_value_heads=2, head_dim=64,
+            linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=64,
+            linear_value_head_dim=64, linear_conv_kernel_dim=4,
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+            shared_expert_intermediate_size=64, mlp_only_layers=[0, 1, 2], decoder_sparse_step=1,
+            max_position_embeddings=8192, **hybrid)
     raise ValueError(f"unknown variant {variant!r}")
 
 
 def build(out: Path, variant: str, seed: int) -> Path:
     """Build the model directory for ``variant`` into a temp dir, then rename it to ``out``."""
     import torch
-    from transformers import GenerationConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +216,7 @@ def build(out: Path, variant: str, seed: int) -> Path:
         if variant == "huge":
             config.save_pretrained(tmp)
         else:
-            model = LlamaForCausalLM(config).to(torch.bfloat16)
+            model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
             model.save_pretrained(tmp)
         GenerationConfig(bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id,
                          eos_token_id=[config.eos_token_id, tokenizer.convert_tokens_to_ids("</s>")],
@@ -226,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="model directory to create")
-    ap.add_argument("--variant", default="tiny", choices=["tiny", "head16", "huge"])
+    ap.add_argument("--variant", default="tiny", choices=["tiny", "head16", "huge", "hybrid"])
     ap.add_argument("--seed", default=0, type=int)
     ap.add_argument("--force", action="store_true", help="rebuild even if --out exists")
     args = ap.parse_args(argv)

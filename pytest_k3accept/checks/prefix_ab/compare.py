@@ -10,7 +10,12 @@ What it decides:
 * when the request set's prefixes repeat (a prefix of at least one cache block shared with an
   earlier request), the "on" side must report real hits (``prefix_cache_hits`` delta > 0):
   0 hits with the flag on is the known failure mode of hybrid/KDA models in align mode;
-* when the prefixes do not repeat, caching cannot help this load, and it says so;
+* the block arithmetic comes from the live config (:mod:`.blocks`): a hit comes in whole
+  blocks (or prefix-match units), and in ``mamba_cache_mode=align`` only where an earlier
+  request left its recurrent state (its last whole block). 0 hits on a set whose shared part
+  ends before that state are *inconclusive* (incomplete, with the arithmetic), not a failure;
+* when the prefixes do not repeat a whole block, caching cannot help this load, and it says
+  so (the shared prefix's length against one block);
 * every request must succeed on both sides (otherwise the sides ran different sets).
 
 Figures compared: hit rate (hits / queried tokens), ``cached_tokens`` from ``usage``, client
@@ -71,41 +76,70 @@ class Arm:
 
 @dataclass(frozen=True)
 class PrefixShape:
-    """How much of the request set's prompts repeat, in tokens of the served model."""
+    """How much of the request set's prompts repeat, in tokens of the served model.
+
+    ``unit``: the tokens a hit comes in (the prefix-match unit or block size; 0: the block
+    size); ``align``: the server keeps recurrent state only at block boundaries, so
+    ``reachable`` counts the requests whose shared part holds the state an earlier request
+    left (its last whole block; without align mode, every request that shares a whole unit);
+    ``first_prompt``: the length of the earlier request the longest shared prefix is shared
+    with."""
 
     requests: int
     block_size: int
     shared_tokens: int
     sharing: int
+    unit: int = 0
+    align: bool = False
+    reachable: int | None = None
+    first_prompt: int | None = None
 
     @property
     def repeats(self) -> bool:
         """True when some request shares at least one full cache block with an earlier one."""
         return self.sharing > 0
 
+    def why_no_hits(self) -> str | None:
+        """Why 0 hits are inconclusive for this shape (:func:`.blocks.inconclusive`)."""
+        from .blocks import inconclusive
+
+        unit = self.unit or self.block_size
+        return inconclusive(self.shared_tokens, unit, align=self.align,
+                            reachable=self.sharing if self.reachable is None else self.reachable,
+                            first_prompt=self.first_prompt, match_unit=unit != self.block_size)
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "repeats": self.repeats}
 
 
-def prefix_shape(token_ids: Sequence[Sequence[int]], block_size: int) -> PrefixShape:
+def prefix_shape(token_ids: Sequence[Sequence[int]], block_size: int, *, unit: int | None = None,
+                 align: bool = False) -> PrefixShape:
     """Longest prompt prefix shared with an earlier request, and how many requests share
-    at least ``block_size`` tokens (a prefix shorter than one block cannot hit)."""
-    if block_size <= 0:
-        raise ValueError(f"block_size must be positive, got {block_size}")
-    longest, sharing = 0, 0
+    at least one unit (``unit``, default ``block_size``: a shorter prefix cannot hit); with
+    ``align``, how many share the state an earlier request left at its last whole unit."""
+    from .blocks import saved_state
+
+    if block_size <= 0 or (unit is not None and unit <= 0):
+        raise ValueError(f"block_size and unit must be positive, got {block_size}, {unit}")
+    step = unit or block_size
+    longest, sharing, reachable, first = 0, 0, 0, None
     for i, ids in enumerate(token_ids):
-        best = 0
+        best, reach = 0, False
         for earlier in token_ids[:i]:
             n = 0
             for a, b in zip(ids, earlier):
                 if a != b:
                     break
                 n += 1
-            best = max(best, n)
+            if n > best:
+                best = n
+                if n > longest:
+                    first = len(earlier)
+            reach = reach or (n >= step and (not align or saved_state(len(earlier), step) <= n))
         longest = max(longest, best)
-        if best >= block_size:
-            sharing += 1
-    return PrefixShape(len(token_ids), block_size, longest, sharing)
+        sharing += best >= step
+        reachable += reach
+    return PrefixShape(len(token_ids), block_size, longest, sharing, step, align, reachable, first)
 
 
 @dataclass
@@ -193,13 +227,16 @@ def compare(on: Arm | None, off: Arm | None, shape: PrefixShape,
         problems.append(f"the cache-off side {off.base_url} reported {off.hits:g} prefix-cache "
                         "hits: caching is not actually off there")
     if not shape.repeats:
-        notes.append(f"the request set's prefixes do not repeat (longest shared prefix "
-                     f"{shape.shared_tokens} tokens < one cache block of {shape.block_size}): "
-                     "prefix caching cannot help this load")
+        notes.append(f"the request set's prefixes do not repeat: prefix caching cannot help "
+                     f"this load, and its hits say nothing about the cache "
+                     f"({shape.why_no_hits()})")
     elif on is not None and on.ok and not on.measured:
         notes.append(f"the cache-on server {on.base_url} exports no prefix-cache counters "
                      "(vllm:prefix_cache_hits / queries, or their older gpu_ names): hits are "
                      "unknown, not zero")
+    elif on is not None and on.ok and on.hits == 0 and shape.why_no_hits():
+        notes.append(f"0 prefix-cache hits at {on.base_url} ({_config_words(on)}) are "
+                     f"{shape.why_no_hits()}; this does not show that caching is broken")
     elif on is not None and on.ok and on.hits == 0:
         problems.append(
             f"prefix caching is on at {on.base_url} ({_config_words(on)}) but "
@@ -216,7 +253,8 @@ def compare(on: Arm | None, off: Arm | None, shape: PrefixShape,
     elif off is None:
         notes.append("no cache-off side: give a second --k3-endpoint started with "
                      "--no-enable-prefix-caching, or use --k3-launch (the plugin relaunches)")
-    unknown = on is not None and not on.measured
+    inconclusive = shape.repeats and shape.why_no_hits() is not None
+    unknown = on is not None and (not on.measured or (on.ok > 0 and on.hits == 0 and inconclusive))
     status = FAIL if problems else (PASS if on is not None and off is not None and not unknown
                                     else INCOMPLETE)
     return ABResult(status, _message(status, on, off, shape, problems, notes), shape,

@@ -14,13 +14,16 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .compare import ABError, ABResult, Arm, PrefixShape, arm_from_load, assign, compare
 from .compare import prefix_shape
+from .blocks import CacheBlocks, from_config, synthetic_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...observe.endpoint.client import K3Client
     from ...observe.load.requestset import RequestSet
 
-#: default request set: 6 requests sharing a ~300-token system prompt (> 2 CPU blocks)
-DEFAULT_REQUESTS, DEFAULT_PREFIX, DEFAULT_CONTEXT = 6, 300, 400
+#: default request set: 6 requests sharing a system prompt of whole blocks (256 tokens: two
+#: CPU blocks; :func:`.blocks.synthetic_sizes` on the live config), each with a unique part
+#: under one block in align mode
+DEFAULT_REQUESTS, DEFAULT_PREFIX, DEFAULT_CONTEXT = 6, 256, 356
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,10 @@ async def default_request_set(client: "K3Client", *, requests: int = DEFAULT_REQ
     return await generate(client, profile)
 
 
-async def shape_of(client: "K3Client", rs: "RequestSet", block_size: int) -> PrefixShape:
-    """The request set's prefix shape in tokens of the served model (``/tokenize``)."""
+async def shape_of(client: "K3Client", rs: "RequestSet", block_size: "int | CacheBlocks",
+                   ) -> PrefixShape:
+    """The request set's prefix shape in tokens of the served model (``/tokenize``), by the
+    live block arithmetic (a :class:`~.blocks.CacheBlocks`, or a plain block size)."""
     import httpx
 
     ids = []
@@ -58,7 +63,11 @@ async def shape_of(client: "K3Client", rs: "RequestSet", block_size: int) -> Pre
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise ABError(f"cannot tokenize the A/B request set at {client.base_url}/tokenize "
                           f"({type(exc).__name__}: {exc}); the A/B needs a vLLM server") from None
-    return prefix_shape(ids, block_size)
+    if isinstance(block_size, int):
+        return prefix_shape(ids, block_size)
+    blocks = block_size
+    return prefix_shape(ids, blocks.block_size or blocks.unit, unit=blocks.unit,
+                        align=blocks.align)
 
 
 async def live_config(base_url: str, api_key: str | None, timeout: float) -> dict[str, str]:
@@ -110,10 +119,11 @@ async def run_ab(sides: Sequence[Side], rs: "RequestSet | None" = None, *,
     configs = [await live_config(s.base_url, api_key, timeout) for s in sides]
     async with K3Client(sides[0].base_url, sides[0].model, api_key=api_key,
                         timeout=timeout) as client:
+        blocks = from_config(configs)
         if rs is None:
-            rs = await default_request_set(client)
-        block = int(next((c["block_size"] for c in configs if c.get("block_size")), "16"))
-        shape = await shape_of(client, rs, block)
+            prefix, context = synthetic_sizes(blocks)
+            rs = await default_request_set(client, prefix_tokens=prefix, context_tokens=context)
+        shape = await shape_of(client, rs, blocks)
     placeholders = [Arm(s.label, s.base_url, c) for s, c in zip(sides, configs)]
     on, off, notes = assign(placeholders)
     arms: dict[str, Arm | None] = {"on": None, "off": None}
@@ -124,6 +134,9 @@ async def run_ab(sides: Sequence[Side], rs: "RequestSet | None" = None, *,
         arms[role] = await run_side(Side(role, side.base_url, side.model), rs,
                                     api_key=api_key, timeout=timeout,
                                     config=chosen.cache_config)
+    if blocks.block_size is None:
+        notes.append(f"no server reports its block size (vllm:cache_config_info block_size): "
+                     f"prefixes are counted in blocks of {blocks.unit}, vLLM's GPU default")
     result = compare(arms["on"], arms["off"], shape, notes)
     result.notes.append(f"request set {rs.name or 'inline'} ({len(rs)} requests, "
                         f"fingerprint {rs.fingerprint()[:12]})")

@@ -41,11 +41,39 @@ def url_from_command(command: str) -> str:
     return f"http://{host}:{port}"
 
 
+def testbed_words(words: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """Split the words after ``testbed`` into the model variant (``--variant NAME`` or
+    ``--variant=NAME``, default ``tiny``) and the vLLM arguments; ValueError for a missing or
+    unknown variant, naming the valid ones."""
+    from ...testbed import VARIANTS
+
+    variant, rest, i = "tiny", [], 0
+    while i < len(words):
+        word = words[i]
+        if word == "--variant" or word.startswith("--variant="):
+            if word == "--variant":
+                if i + 1 >= len(words):
+                    raise ValueError("--k3-launch testbed --variant: give a model variant "
+                                     f"({', '.join(VARIANTS)})")
+                value, i = words[i + 1], i + 2
+            else:
+                value, i = word.split("=", 1)[1], i + 1
+            if value not in VARIANTS:
+                raise ValueError(f"--k3-launch testbed --variant {value!r}: no such testbed "
+                                 f"model; choose one of {', '.join(VARIANTS)}")
+            variant = value
+            continue
+        rest.append(word)
+        i += 1
+    return variant, tuple(rest)
+
+
 def plan(launch: str, endpoint: str | None, *, testbed_port: int | None = None,
          testbed_args: tuple[str, ...] = ()) -> LaunchPlan:
     """Turn ``--k3-launch`` (and ``--k3-endpoint`` if given) into a :class:`LaunchPlan`.
 
-    ``testbed`` (optionally followed by extra vLLM arguments, e.g. ``testbed
+    ``testbed`` (optionally followed by ``--variant NAME``, a testbed model of
+    ``k3accept testbed model``, and by extra vLLM arguments, e.g. ``testbed --variant hybrid
     --no-enable-prefix-caching``) starts the embedded CPU testbed on a free loopback port.
     """
     words = launch.strip().split(None, 1)
@@ -53,8 +81,9 @@ def plan(launch: str, endpoint: str | None, *, testbed_port: int | None = None,
         from ... import testbed
         from .launch import free_port
 
+        variant, extra = testbed_words(tuple(shlex.split(words[1])) if len(words) > 1 else ())
         port = testbed_port or free_port()
-        extra = tuple(shlex.split(words[1])) if len(words) > 1 else ()
-        cmd = testbed.testbed_launch_command(port, extra_args=extra + testbed_args)
+        cmd = testbed.testbed_launch_command(port, variant=variant,
+                                             extra_args=extra + testbed_args)
         return LaunchPlan(cmd, f"http://127.0.0.1:{port}", testbed=True)
     return LaunchPlan(launch, endpoint or url_from_command(launch))
