@@ -40,7 +40,9 @@ LOG, COMMAND = "the server log's non-default args", "the launch command"
 class ArgCheck:
     """One recipe argument (or environment variable) against the live server."""
 
-    key: str
+    #: the argument's key (``max_num_seqs``) or the variable's name (never a field called
+    #: "key": the record's redactor hides the value of anything named like a key)
+    name: str
     recipe: Any
     live: Any
     ok: bool | None
@@ -48,7 +50,7 @@ class ArgCheck:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (evidence)."""
-        return {"key": self.key, "recipe": self.recipe, "live": self.live, "ok": self.ok,
+        return {"name": self.name, "recipe": self.recipe, "live": self.live, "ok": self.ok,
                 "message": self.message}
 
 

@@ -52,7 +52,15 @@ def command_args(words: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, A
     the last occurrence wins) and its ``env K=V`` assignments."""
     env: dict[str, str] = {}
     i = 1 if words and words[0].rsplit("/", 1)[-1] == "env" else 0
-    while i < len(words) and "=" in words[i] and not words[i].startswith("-"):
+    while i < len(words):
+        if words[i] == "-u":  # env -u NAME: unset, not an assignment
+            i += 2
+            continue
+        if words[i] == "-i" or "=" not in words[i] or words[i].startswith("-"):
+            if words[i] != "-i":
+                break
+            i += 1
+            continue
         name, _, value = words[i].partition("=")
         env[name] = value
         i += 1

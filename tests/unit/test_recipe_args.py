@@ -32,7 +32,7 @@ def _profile():
 
 
 def _by_key(checks):
-    return {c.key: c for c in checks}
+    return {c.name: c for c in checks}
 
 
 def test_a_real_server_line_against_the_h200_profile() -> None:
@@ -81,7 +81,7 @@ def test_values_compare_across_their_spellings() -> None:
 def test_a_launch_command_gives_arguments_and_environment() -> None:
     p = _profile()
     words = split_command(
-        "env VLLM_ENGINE_READY_TIMEOUT_S=3600 VLLM_USE_RUST_FRONTEND=1 vllm serve "
+        "env -u PYTHONPATH VLLM_ENGINE_READY_TIMEOUT_S=3600 VLLM_USE_RUST_FRONTEND=1 vllm serve "
         "moonshotai/Kimi-K3 --tensor-parallel-size 8 --max-num-seqs=5 "
         "--no-enable-flashinfer-autotune --trust-remote-code --api-key s3cret")
     args, env = command_args(words, tuple(dict(p.args)))
