@@ -26,7 +26,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("tensor_parallel", "TP"), ("pipeline_parallel", "PP"), ("data_parallel", "DP"),
     ("expert_parallel", "EP"), ("disaggregation", "prefill/decode disaggregation"),
     ("model", "model"), ("max_context", "max context"), ("concurrency", "concurrency"),
-    ("output_length", "output length"))
+    ("output_length", "output length"), ("recipe", "official recipe"))
 #: launch flags that are the same variable as a reproduction field
 FLAG_FIELDS: dict[str, str] = {
     "--tensor-parallel-size": "tensor_parallel", "-tp": "tensor_parallel",

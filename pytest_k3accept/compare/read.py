@@ -178,8 +178,11 @@ def _from_1_0(data: dict[str, Any], notes: list[str]) -> None:
 
 
 def _from_1_1(data: dict[str, Any], notes: list[str]) -> None:
-    """1.1 -> 1.2: more evidence kinds are typed; the plain data a comparison reads kept its
-    shape, so nothing moves."""
+    """1.1 -> 1.2: more evidence kinds are typed (the plain data a comparison reads kept its
+    shape); the reproduction gained ``recipe`` (unknown in an older record)."""
+    rep = data.get("reproduction")
+    if isinstance(rep, dict) and "recipe" not in rep:
+        rep["recipe"] = {"value": None, "reason": "a record of schema 1.1 keeps no recipe"}
 
 
 MIGRATIONS: dict[str, tuple[str, Callable[[dict[str, Any], list[str]], None]]] = {

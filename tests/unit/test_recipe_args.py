@@ -175,3 +175,27 @@ def test_the_record_keeps_the_recipes_identity() -> None:
     assert value["date_updated"] == "2026-08-15" and value["sha256"].startswith("5c0f86de")
     assert (value["hardware"], value["strategy"]) == ("h200", "single_node_tp")
     assert record.validate(rec) == []
+
+
+def test_a_changed_recipe_is_a_changed_variable_against_a_baseline() -> None:
+    """Recipe drift (issue 19 item 3): the same session judged against another version of
+    the recipe is one changed variable, named with both dates."""
+    import json
+
+    from pytest_k3accept.compare.diff import conditions
+    from pytest_k3accept.compare.read import from_data
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "data" / "records"
+                       / "record-1.1-load.json").read_text())
+    old = from_data(json.loads(json.dumps(data)))
+    assert old.data["reproduction"]["recipe"]["value"] is None  # migrated from 1.1
+    a, b = (json.loads(json.dumps(data)) for _ in range(2))
+    for rec, date in ((a, "2026-07-29"), (b, "2026-08-15")):
+        rec["reproduction"]["recipe"] = {"value": {"file": "Kimi-K3.yaml",
+                                                   "date_updated": date, "hardware": "h200",
+                                                   "strategy": "single_node_tp"},
+                                         "source": "--k3-recipe (evidence recipe)"}
+    changed = conditions(from_data(a), from_data(b))
+    assert changed.variables == ["recipe"]
+    [line] = changed.changed_lines()
+    assert "official recipe" in line and "2026-07-29" in line and "2026-08-15" in line
