@@ -84,7 +84,8 @@ class Unavailable:
         return [f"no comparison: {self.reason}"]
 
     def to_markdown(self) -> str:
-        return f"**no comparison**: {render.md_escape(self.reason)}\n"
+        head = f"#### {render.md_escape(self.label)}\n\n" if self.label != "baseline" else ""
+        return f"{head}**no comparison**: {render.md_escape(self.reason)}\n"
 
     def to_html(self) -> str:
         return render.unavailable_html(self)

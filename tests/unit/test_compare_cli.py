@@ -128,6 +128,7 @@ def test_unavailable_and_several_baselines() -> None:
     data = both.to_data()
     assert [b["available"] for b in data["baselines"]] == [True, False]
     assert "#### baseline 1" in both.to_markdown()
+    assert "#### baseline 2\n\n**no comparison**: y.json: no such file" in both.to_markdown()
     json.dumps(data)
 
 
