@@ -218,13 +218,18 @@ class Redactor:
 
     def data(self, obj: Any) -> Any:
         """Redact nested JSON-like data: string values under secret-named keys become
-        :data:`REDACTED`, every other string goes through :meth:`text`."""
+        :data:`REDACTED`, every other string goes through :meth:`text`.
+
+        A mapping key spelled exactly ``key`` is the identifier field of structured evidence
+        (a timeline event's ``{"key": "engine_init_done", ...}``), not a secret's name: its
+        value still goes through :meth:`text` (known secrets, token shapes)."""
         if isinstance(obj, str):
             return self.text(obj)
         if isinstance(obj, Mapping):
             out: dict[Any, Any] = {}
             for key, value in obj.items():
-                secret = self.patterns and isinstance(key, str) and is_secret_name(key)
+                secret = (self.patterns and isinstance(key, str) and key != "key"
+                          and is_secret_name(key))
                 if secret and isinstance(value, str) and value:
                     out[key] = REDACTED
                 elif secret and isinstance(value, (list, tuple)) and value and all(

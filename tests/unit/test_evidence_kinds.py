@@ -211,3 +211,13 @@ def test_a_failure_stays_a_failure_without_evidence() -> None:
     state = RunState()
     state.checklist.add(["C9"], "t.py::test_it", "fail", "boom")
     assert state.checklist.results()["C9"].status == "fail"
+
+
+def test_a_record_read_back_still_shows_engine_init() -> None:
+    state = RunState()
+    state.add("timeline", "t", {"events": [{"key": "engine_init_done", "at": 41.0},
+                                           {"key": "first_response", "at": 45.0}]})
+    rec = record.finish(record.build(state, Settings(), environ={}), Redactor())
+    [ev] = [e for e in rec["evidence"] if e["kind"] == "timeline"]
+    back = kinds.ServerTimeline.from_data(ev["data"])
+    assert back.init_completed and back.first_response

@@ -155,3 +155,15 @@ def test_the_prefilter_lets_every_secret_name_word_through() -> None:
     for word in sorted(redact._WORDS) + list(redact._SUFFIXES):
         assert redact._MAYBE.search(word.lower()), word
         assert Redactor().text(f"{word.lower()}=s3cr3tvalue") == f"{word.lower()}={REDACTED}"
+
+
+def test_a_field_called_key_is_an_identifier_in_structured_data() -> None:
+    """A timeline event's ``key`` ("engine_init_done") survives the record's redaction (it
+    was '***', so a record read back showed no startup event); a secret under it is still
+    caught by its shape, and secret-named fields stay redacted."""
+    r = Redactor(secrets=["launch-secret-77"])
+    events = r.data({"events": [{"key": "engine_init_done", "label": "engine init done"}]})
+    assert events["events"][0]["key"] == "engine_init_done"
+    assert r.data({"key": "sk-" + "a" * 24})["key"] == REDACTED
+    assert r.data({"key": "launch-secret-77"})["key"] == REDACTED
+    assert r.data({"api_key": "plain-value-1"})["api_key"] == REDACTED
