@@ -17,9 +17,13 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..observe.load import buffering, stats
+if TYPE_CHECKING:
+    from ..observe.load import stats
+
+# observe.load's package imports its profile module, which imports this one: the load
+# statistics are imported where they are used, so either side may be imported first
 
 _LAT = ("ttft", "itl", "tpot", "e2e")
 _STATS = ("p50", "p90", "p99", "mean", "max")
@@ -120,6 +124,8 @@ def check(summary: Mapping[str, Any], slo: SLO,
     request to measure is a breach ("not measured"); one that a buffering proxy made
     unmeasurable carries the proxy's message as its note (:func:`unknown`: the SLO is unknown).
     """
+    from ..observe.load import stats
+
     out: list[Breach] = []
     good: dict[str, float] | None = None
     lim = slo.limits
@@ -153,6 +159,8 @@ def check(summary: Mapping[str, Any], slo: SLO,
 def unknown(breaches: Sequence[Breach]) -> bool:
     """True when every breach is a limit that could not be measured because the stream was
     buffered (the SLO is then unknown, neither met nor breached)."""
+    from ..observe.load import buffering
+
     return bool(breaches) and all(b.measured is None and b.note.startswith(
         buffering.BUFFERED) for b in breaches)
 
@@ -162,6 +170,8 @@ def judged(summary: Mapping[str, Any], slo: SLO,
     """Every limit of ``slo`` as judged on a run: ``name``, ``measured`` (None when not
     measured), ``required``, ``direction``, ``unit``, ``ok``: the limits that held are
     recorded too, not only the breaches of :func:`check`."""
+    from ..observe.load import stats
+
     breached = {b.name: b for b in check(summary, slo, records)}
     lim, out = slo.limits, []
     good = (stats.goodput(records, float(summary.get("elapsed") or 0.0),

@@ -99,3 +99,35 @@ def test_nothing_imports_the_plugin_module_and_logic_layers_import_no_pytest() -
             names = {a.name for n in _runtime_imports(tree) if isinstance(n, ast.Import)
                      for a in n.names}
             assert "pytest" not in names, name
+
+
+IMPORT_EACH_FIRST = r'''
+import importlib, pkgutil, sys
+import pytest_k3accept
+names = sorted(m.name for m in pkgutil.walk_packages(pytest_k3accept.__path__, "pytest_k3accept.")
+               if not m.name.startswith(("pytest_k3accept.suites.", "pytest_k3accept.testbed.build")))
+failed = []
+for name in names:
+    for loaded in [k for k in sys.modules if k.startswith("pytest_k3accept")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print("\n".join(failed))
+print(f"imported {len(names)} modules, each first")
+'''
+
+
+def test_every_module_imports_when_it_is_imported_first() -> None:
+    """A cycle through a package's ``__init__`` works in one import order and breaks in
+    another (checks.slo imported first once failed on observe.load.profile's import of it):
+    every module is imported first, in a clean module table, in one subprocess."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", IMPORT_EACH_FIRST], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("imported ") and lines[:-1] == [], out.stdout[-3000:]
