@@ -373,7 +373,9 @@ def test_launched_testbed_sizes_its_kv_cache_for_the_presets_target(
     [run] = [e["data"] for e in rec["evidence"] if e["kind"] == "load"]
     assert "--kv-cache-memory-bytes 8000000" in rec["reproduction"]["launch_command"]["value"]
     assert run["concurrency"] == 4 and run["context_tokens"] >= 700, run
-    assert run["peak_kv"] is not None and 0.15 <= run["peak_kv"] <= 0.9, run
+    # one 768-token request alone holds ~10 % of ~7,500 tokens (the 1 GiB default: 0.08 %);
+    # how many overlap at the sampled peak depends on the machine's speed
+    assert run["peak_kv"] is not None and 0.05 <= run["peak_kv"] <= 0.9, run
     [head] = [e["data"] for e in rec["evidence"] if e["kind"] == "headroom"]
     assert head["ok"] is True and head["free_kv"] < 0.85, head
     assert launch["base_url"].startswith("http://127.0.0.1:")
