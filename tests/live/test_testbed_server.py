@@ -130,3 +130,26 @@ def test_broken_variants_build(testbed_ready: None) -> None:
     assert not list(huge.glob("*.safetensors"))
     assert (huge / "tokenizer.json").exists()
     assert testbed.server_command(huge, port=1)[-2:] == ["--load-format", "dummy"]
+
+
+def test_the_real_server_answers_openmetrics_and_both_pages_read_the_same(testbed) -> None:
+    """vLLM 0.32 answers ``GET /metrics/`` as OpenMetrics (ending ``# EOF``) when asked with
+    ``Accept: application/openmetrics-text``; parsed with prometheus_client's OpenMetrics
+    parser it gives the same counters and gauges as the Prometheus text page read at once."""
+    import httpx
+
+    from pytest_k3accept.observe.metrics import Snapshot
+
+    accept = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    with httpx.Client(base_url=testbed.base_url, timeout=30) as http:
+        om = http.get("/metrics/", headers={"Accept": accept})
+        text = http.get("/metrics")
+    assert om.status_code == 200 and "openmetrics" in om.headers["content-type"]
+    assert om.text.rstrip().endswith("# EOF")
+    a = Snapshot.parse(om.text, content_type=om.headers["content-type"])
+    b = Snapshot.parse(text.text, content_type=text.headers.get("content-type"))
+    assert a.openmetrics and not b.openmetrics and a.problems == {} == b.problems
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                 "vllm:num_requests_running",
+                 "vllm:kv_cache_usage_perc"):
+        assert a.value(name) is not None and a.value(name) == b.value(name), name
