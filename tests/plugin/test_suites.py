@@ -377,5 +377,5 @@ def test_launched_testbed_sizes_its_kv_cache_for_the_presets_target(
     # how many overlap at the sampled peak depends on the machine's speed
     assert run["peak_kv"] is not None and 0.05 <= run["peak_kv"] <= 0.9, run
     [head] = [e["data"] for e in rec["evidence"] if e["kind"] == "headroom"]
-    assert head["ok"] is True and head["free_kv"] < 0.85, head
+    assert head["ok"] is True and head["free_kv"] <= 0.95, head  # judged on that share
     assert launch["base_url"].startswith("http://127.0.0.1:")
