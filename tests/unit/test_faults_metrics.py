@@ -46,7 +46,7 @@ def test_non_vllm_metrics_404_and_unreachable() -> None:
 
 
 def test_huge_metrics_page_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_k3accept.observe.metrics as metrics
+    import pytest_k3accept.observe.metrics.scrape as metrics
 
     monkeypatch.setattr(metrics, "MAX_METRICS_BODY", 50_000)
     with StubServer() as stub:
