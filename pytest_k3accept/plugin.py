@@ -17,6 +17,9 @@ from .config import settings as _settings
 from .evidence.store import RunState
 from .fixtures import SETTINGS_KEY, STATE_KEY
 
+#: the usage error of a bad ``--k3-*`` value, raised once the wiring is configured
+_BAD_OPTION_KEY = pytest.StashKey[pytest.UsageError]()
+
 #: feature wiring modules, each a small pytest plugin of its own
 WIRING: tuple[str, ...] = (
     "pytest_k3accept.fixtures.checks",
@@ -53,6 +56,22 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[SETTINGS_KEY] = _settings.from_config(config)
     worker = getattr(config, "workerinput", {}).get("workerid")
+    try:
+        settings = _settings.from_config(config)
+    except pytest.UsageError as exc:
+        # a bad --k3-* value stops the run (exit code 4), but only once the other wiring is
+        # configured (pytest_configure_last): the settings that say where the record,
+        # report and summary go are built with the bad value at its default, so the message
+        # reaches them like any other usage error
+        settings = _settings.from_config(config, lenient=True)
+        config.stash[_BAD_OPTION_KEY] = exc
+    config.stash[SETTINGS_KEY] = settings
     config.stash[STATE_KEY] = RunState(run_prefix=f"{worker}-" if worker else "")
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_last(config: pytest.Config) -> None:
+    exc = config.stash.get(_BAD_OPTION_KEY, None)
+    if exc is not None:
+        raise exc

@@ -238,8 +238,15 @@ def _raw(config: pytest.Config, opt: Option, environ: Mapping[str, str]) -> Any:
     return opt.default
 
 
-def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
-    """Build and validate :class:`Settings`; bad values raise :class:`pytest.UsageError`."""
+def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None, *,
+                lenient: bool = False) -> Settings:
+    """Build and validate :class:`Settings`; bad values raise :class:`pytest.UsageError`.
+
+    ``lenient``: an option whose value is bad takes its default instead of raising. The
+    plugin builds these settings only to write the artifacts of a run that a bad option
+    value stops (the record, report and summary still say where they go and why the run
+    stopped); nothing is measured with them.
+    """
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for opt in OPTIONS:
@@ -251,8 +258,14 @@ def from_config(config: pytest.Config, environ: Mapping[str, str] | None = None)
             values[opt.dest] = None
             continue
         items: Sequence[Any] = raw if opt.multiple else [raw]
-        parsed = [opt.parse(str(v), opt.name) if opt.parse and isinstance(v, str) else v
-                  for v in items]
+        try:
+            parsed = [opt.parse(str(v), opt.name) if opt.parse and isinstance(v, str) else v
+                      for v in items]
+        except pytest.UsageError:
+            if not lenient:
+                raise
+            values[opt.dest] = () if opt.multiple else opt.default
+            continue
         values[opt.dest] = tuple(parsed) if opt.multiple else parsed[0]
     return Settings(
         endpoints=values["k3_endpoint"] or (),

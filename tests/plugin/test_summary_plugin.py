@@ -207,3 +207,18 @@ def pytest_configure(config):
     result = pytester.runpytest("--html", "out/report.html", "-p", "no:cacheprovider")
     assert result.ret == 4
     assert not (pytester.path / "out" / "report.html").exists()
+
+
+def test_a_bad_option_value_reaches_the_artifacts(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--k3-timeout", "abc", *OUT)
+    result.stderr.fnmatch_lines(["ERROR: --k3-timeout: 'abc' is not a number of seconds*"])
+    _assert_usage_error_in_artifacts(pytester, result, "--k3-timeout: 'abc' is not a number")
+
+
+def test_a_bad_option_value_from_the_environment_reaches_the_artifacts(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("K3ACCEPT_ENDPOINT", "gpu-node:8000")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest(*OUT)
+    _assert_usage_error_in_artifacts(pytester, result, "--k3-endpoint: 'gpu-node:8000' is not")

@@ -79,3 +79,14 @@ def test_baseline_records_repeatable_from_option_env_or_ini() -> None:
     assert make(env={"K3ACCEPT_BASELINE": "last.json, older.json"}).baseline == (
         Path("last.json"), Path("older.json"))
     assert make(ini={"k3_baseline": ["ini.json"]}).baseline == (Path("ini.json"),)
+
+
+def test_lenient_settings_keep_the_good_values_and_default_the_bad_ones() -> None:
+    options = {"k3_timeout": "abc", "k3_endpoint": ["gpu-node:8000", "http://b:1"],
+               "k3_record": "out/record.json", "k3_artifacts": "arts"}
+    with pytest.raises(pytest.UsageError, match="--k3-endpoint: 'gpu-node:8000'"):
+        settings.from_config(FakeConfig(options), environ={})  # type: ignore[arg-type]
+    s = settings.from_config(FakeConfig(options), environ={}, lenient=True)  # type: ignore[arg-type]
+    assert s.timeout == 60.0  # the bad value at its default
+    assert s.endpoints == ()  # a repeatable option with one bad value: none of it is used
+    assert str(s.record) == "out/record.json" and str(s.artifacts) == "arts"
