@@ -150,6 +150,13 @@ def bad_argument(rel: str, case: str) -> tuple[Run, str]:
     return run, "tiny model with an argument vLLM does not have (--no-such-option 1)"
 
 
+def retention_not_block_multiple(rel: str, case: str) -> tuple[Run, str]:
+    run = Run(rel, case, _cmd(rel, "hybrid", kv_cache_bytes=12_000_000,
+                              extra_args=["--prefix-cache-retention-interval", "100"]))
+    return run, ("hybrid model (Qwen3Next, 128-token blocks in align mode) with "
+                 "--prefix-cache-retention-interval 100, not a multiple of the block size")
+
+
 def port_in_use(rel: str, case: str) -> tuple[Run, str]:
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
@@ -209,6 +216,13 @@ CASES: dict[str, tuple[Callable[[str, str], Any], str, str | None, str]] = {
     "sigkill-after-init": (sigkill_after_init, "killed", "serving",
                            "SIGKILL from outside after a served request; the log has no out-of-memory line"),
     "bad-argument": (bad_argument, "config", "before-loading", "argparse rejects the unknown option before anything loads"),
+    "retention-not-block-multiple": (retention_not_block_multiple, "config", None,
+                                     "vLLM refuses the interval: 0.32's KV-cache coordinator while "
+                                     "the engine core starts (a ValueError naming the flag and the "
+                                     "block size), 0.28's argument parser (it has no such option); "
+                                     "a configuration error either way. No phase: 0.32 logs 'init "
+                                     "engine (profile, create kv cache, warmup model) took' just "
+                                     "before, yet its engine core never finished starting"),
     "port-in-use": (port_in_use, "config", "before-loading", "the API server cannot bind a port that is taken"),
     "model-not-found": (model_not_found, "config", "before-loading", "the model path does not exist"),
     "host-oom-cgroup": (host_oom_cgroup, "killed", "kv-sizing",

@@ -151,6 +151,10 @@ def check_topology(facts: HostFacts, gpus: int | None = 8, interconnect: str | N
     parts += [f"{interconnect} on every node"] if interconnect else []
     expected = ", ".join(parts) or "any topology"
     count = facts.gpu_count
+    if count is None and facts.count_unknown:  # sources that may describe one machine twice
+        return Check("C5", "k3_topology", None, expected,
+                     f"GPU count unknown: {facts.count_unknown}",
+                     "Name the nodes alike in every source (or give one source per machine).")
     if count is None:
         return Check("C5", "k3_topology", None, expected, _no_gpu(facts), HOW_TO_KNOW)
     links = facts.interconnects()

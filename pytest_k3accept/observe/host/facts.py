@@ -10,7 +10,7 @@ interconnect. ``None`` always means "unknown", never "no".
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 FORMAT = 1  #: version of the facts-file format written by ``k3accept collect``
@@ -47,6 +47,20 @@ class NodeFacts:
     rdma_devices: tuple[str, ...] | None = None
     topology: str | None = None
     collected_at: float | None = None
+    #: the names that identify this machine when the source knows more than ``node`` (a
+    #: kubectl node's ``kubernetes.io/hostname``, a dcgm series' ``node`` label); ``()``:
+    #: none does (a dcgm-exporter series named only by the exporter's pod); None: ``node``
+    names: tuple[str, ...] | None = None
+
+    @property
+    def identity(self) -> frozenset[str]:
+        """The names that identify this machine (see :mod:`.identity`): ``names``, else
+        ``node`` unless that is no machine's name (a dcgm-exporter pod's, an address)."""
+        from .identity import identifying
+
+        if self.names is not None:
+            return frozenset(n for n in self.names if n)
+        return frozenset([self.node]) if self.node and identifying(self.node) else frozenset()
 
     @property
     def gpu_count(self) -> int:
@@ -59,35 +73,6 @@ class NodeFacts:
         data["gpus"] = [asdict(g) for g in self.gpus]
         data["rdma_devices"] = None if self.rdma_devices is None else list(self.rdma_devices)
         return {"k3accept_facts": FORMAT, **data}
-
-
-def merge_gpus(a: tuple[GpuFacts, ...], b: tuple[GpuFacts, ...]) -> tuple[GpuFacts, ...]:
-    """Merge two GPU lists by index; known fields of ``a`` win."""
-    by_index = {g.index: g for g in a}
-    for g in b:
-        have = by_index.get(g.index)
-        if have is None:
-            by_index[g.index] = g
-            continue
-        by_index[g.index] = replace(have, **{
-            f.name: getattr(g, f.name) for f in fields(GpuFacts)
-            if getattr(have, f.name) is None and getattr(g, f.name) is not None})
-    return tuple(by_index[i] for i in sorted(by_index))
-
-
-def merge_nodes(a: NodeFacts, b: NodeFacts) -> NodeFacts:
-    """Merge two views of the same node; known fields of ``a`` win, GPUs merge by index."""
-    updates: dict[str, Any] = {}
-    for f in fields(NodeFacts):
-        if f.name in ("gpus", "source", "gpu_available", "gpu_error"):
-            continue
-        if getattr(a, f.name) is None and getattr(b, f.name) is not None:
-            updates[f.name] = getattr(b, f.name)
-    gpus = merge_gpus(a.gpus, b.gpus)
-    available = a.gpu_available or b.gpu_available
-    return replace(a, **updates, gpus=gpus, gpu_available=available,
-                   gpu_error=None if available else (a.gpu_error or b.gpu_error),
-                   source=f"{a.source}+{b.source}")
 
 
 _NV_CELL = re.compile(r"^NV\d+$")
@@ -118,38 +103,32 @@ def nvlink_from_topology(text: str | None) -> bool | None:
 
 @dataclass(frozen=True)
 class HostFacts:
-    """Every node the session knows, merged by node name, plus what could not be read."""
+    """Every node the session knows, merged per machine, plus what could not be read.
+
+    ``count_unknown`` says why the GPU count is unknown although nodes have GPU facts
+    (sources that may describe the same machines, :mod:`.identity`); ``""`` otherwise."""
 
     nodes: tuple[NodeFacts, ...] = ()
     image: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    count_unknown: str = ""
 
     @classmethod
     def merge(cls, views: Iterable[NodeFacts], image: str | None = None,
               notes: Iterable[str] = ()) -> "HostFacts":
         """Merge node views in order (earlier sources win for each known field).
 
-        Views are the same node when they have the same name or share a GPU UUID (a facts
-        file's hostname and a dcgm-exporter pod's name for one machine): such a node counts
-        once, under its first name, and a note says so."""
-        merged: dict[str, NodeFacts] = {}
-        order: list[str] = []
-        by_uuid: dict[str, str] = {}
-        said = list(notes)
-        for view in views:
-            key = view.node or f"<unnamed {len(order)}>"
-            same = next((by_uuid[g.uuid] for g in view.gpus if g.uuid in by_uuid), key)
-            if same != key:
-                said.append(f"node {key!r} ({view.source}) has the GPU UUIDs of {same!r}: "
-                            "the same node, counted once")
-                key = same
-            if key in merged:
-                merged[key] = merge_nodes(merged[key], view)
-            else:
-                merged[key] = view
-                order.append(key)
-            by_uuid.update({g.uuid: key for g in merged[key].gpus if g.uuid})
-        return cls(tuple(merged[k] for k in order), image, tuple(said))
+        Views are one machine when they share a GPU UUID or a node name (a facts file's
+        host name and a dcgm-exporter pod's name for one machine, a kubectl node and the
+        dcgm series relabelled with its name): such a node counts once, under its first
+        name, and a note says so. Views that cannot be told apart either make the GPU
+        count unknown (``count_unknown``, also a note); see :mod:`.identity`."""
+        from .identity import merge_views
+
+        merged = merge_views(views)
+        said = [*notes, *merged.notes] + ([merged.count_unknown] if merged.count_unknown
+                                          else [])
+        return cls(merged.nodes, image, tuple(said), merged.count_unknown)
 
     @property
     def gpu_nodes(self) -> tuple[NodeFacts, ...]:
@@ -163,9 +142,10 @@ class HostFacts:
 
     @property
     def gpu_count(self) -> int | None:
-        """GPUs over all nodes, or None when no node has GPU facts."""
+        """GPUs over all nodes, or None when no node has GPU facts or when sources may
+        describe the same machines (``count_unknown``: a sum could count one twice)."""
         nodes = self.gpu_nodes
-        return sum(n.gpu_count for n in nodes) if nodes else None
+        return sum(n.gpu_count for n in nodes) if nodes and not self.count_unknown else None
 
     def drivers(self) -> dict[str, str | None]:
         """Node name -> driver version (None when that node's driver is unknown)."""
@@ -201,12 +181,15 @@ class HostFacts:
             return f"no GPU facts ({why})"
         drivers = sorted({d for d in self.drivers().values() if d})
         runtimes = sorted({r for r, _ in self.cuda_runtimes().values()})
-        return (f"{self.node_count} node(s), {self.gpu_count} GPU(s), driver "
-                f"{', '.join(drivers) or 'unknown'}, image {self.image_ref or 'unknown'}, "
-                f"CUDA runtime {', '.join(runtimes) or 'unknown'}")
+        if self.count_unknown:
+            nodes = f"{self.node_count} view(s) of nodes, GPU count unknown ({self.count_unknown})"
+        else:
+            nodes = f"{self.node_count} node(s), {self.gpu_count} GPU(s)"
+        return (f"{nodes}, driver {', '.join(drivers) or 'unknown'}, image "
+                f"{self.image_ref or 'unknown'}, CUDA runtime {', '.join(runtimes) or 'unknown'}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (evidence, record)."""
         return {"nodes": [n.to_dict() for n in self.nodes], "image": self.image_ref,
                 "node_count": self.node_count, "gpu_count": self.gpu_count,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "count_unknown": self.count_unknown or None}

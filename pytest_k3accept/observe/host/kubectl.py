@@ -15,7 +15,7 @@ each GPU node. Read here, newest spelling first:
 
 Nodes without any of these (control plane, CPU nodes) are not GPU nodes and are left out.
 Labels carry no GPU UUIDs, so a node is the same node as another source's view only by its
-name. A malformed value raises :class:`~.factsfile.FactsFileError` naming the node and label.
+name: ``metadata.name`` or its ``kubernetes.io/hostname`` label (:mod:`.identity`). A malformed value raises :class:`~.factsfile.FactsFileError` naming the node and label.
 """
 
 from __future__ import annotations
@@ -128,10 +128,12 @@ def node_facts(item: Mapping[str, Any], path: str) -> NodeFacts | None:
     gpus = tuple(GpuFacts(index=i, name=None if product is None else str(product),
                           memory_total_bytes=None if memory is None else memory * MIB)
                  for i in range(count or 0))
+    hostname = labels.get("kubernetes.io/hostname")
+    names = tuple(sorted({name, str(hostname)} if hostname else {name}))
     return NodeFacts(node=name, source=f"kubectl:{path}", gpu_available=bool(gpus),
                      gpu_error=None if gpus else "GPU count not labelled",
                      driver_version=driver, cuda_driver_version=cuda, gpus=gpus,
-                     collected_at=time.time())
+                     collected_at=time.time(), names=names)
 
 
 def nodes(data: Mapping[str, Any], path: str) -> list[NodeFacts]:

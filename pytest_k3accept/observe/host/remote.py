@@ -31,9 +31,26 @@ class RemoteError(Exception):
     """A remote source could not be read; the message names the URL."""
 
 
+#: labels naming the Kubernetes node a series was scraped on, as Prometheus relabelling adds
+#: them (``__meta_kubernetes_pod_node_name`` -> ``node`` / ``kubernetes_node``)
+NODE_LABELS = ("kubernetes_node", "node")
+
+
 def _host(labels: dict[str, str]) -> str:
-    return (labels.get("Hostname") or labels.get("hostname") or labels.get("instance")
+    """The node a dcgm series belongs to: the node label relabelling added, else the
+    exporter's ``Hostname``, else the scrape address."""
+    return (next((labels[k] for k in NODE_LABELS if labels.get(k)), None)
+            or labels.get("Hostname") or labels.get("hostname") or labels.get("instance")
             or "unknown-host")
+
+
+def _names(labels: dict[str, str]) -> set[str]:
+    """The names in a dcgm series' labels that identify its machine (never the exporter
+    pod's own name or a scrape address: see :mod:`.identity`)."""
+    from .identity import identifying
+
+    found = [labels.get(k) for k in (*NODE_LABELS, "Hostname", "hostname")]
+    return {n for n in found if n and identifying(n)}
 
 
 def _gpu_index(labels: dict[str, str]) -> int | None:
@@ -61,7 +78,9 @@ def memory_from_samples(samples: Iterable[Sample]) -> dict[str, tuple[int, int |
 
 
 def nodes_from_samples(samples: Iterable[Sample], source: str) -> list[NodeFacts]:
-    """Group dcgm-style samples by ``Hostname`` into :class:`NodeFacts` (one per node)."""
+    """Group dcgm-style samples by node (:func:`_host`) into :class:`NodeFacts` (one per
+    node), each with the names that identify it (``names``: none when ``Hostname`` is the
+    exporter pod's name and no node label was added)."""
     samples = list(samples)
     memory = memory_from_samples(samples)
     nodes: dict[str, dict[str, Any]] = {}
@@ -69,8 +88,9 @@ def nodes_from_samples(samples: Iterable[Sample], source: str) -> list[NodeFacts
         idx = _gpu_index(labels)
         if idx is None or not name.startswith("DCGM_FI_"):
             continue
-        node = nodes.setdefault(_host(labels), {"driver": None, "gpus": {}})
+        node = nodes.setdefault(_host(labels), {"driver": None, "gpus": {}, "names": set()})
         node["driver"] = node["driver"] or labels.get(DRIVER_LABEL)
+        node["names"] |= _names(labels)
         gpu = node["gpus"].setdefault(idx, {"name": None, "uuid": None})
         gpu["name"] = gpu["name"] or labels.get("modelName")
         gpu["uuid"] = gpu["uuid"] or labels.get("UUID")
@@ -83,7 +103,7 @@ def nodes_from_samples(samples: Iterable[Sample], source: str) -> list[NodeFacts
                                  memory_total_bytes=total, memory_used_bytes=used))
         out.append(NodeFacts(node=host, source=source, gpu_available=True,
                              driver_version=info["driver"], gpus=tuple(gpus),
-                             collected_at=time.time()))
+                             collected_at=time.time(), names=tuple(sorted(info["names"]))))
     return out
 
 

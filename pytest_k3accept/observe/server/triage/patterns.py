@@ -70,7 +70,11 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"\[Errno 2\] No such file or directory|Unknown quantization method|"
            r"are not supported for now|Model architectures? \[[^\]]*\] (?:are|is) not supported|"
            r"Repository Not Found|HFValidationError|"
-           r"gated repo|401 Client Error")
+           r"gated repo|401 Client Error|"
+           # vLLM's KV-cache coordinator at init: a retention interval that is not a multiple
+           # of the block size, or one set for a model without recurrent / sliding state
+           r"prefix_cache_retention_interval \(-?\d+\) must be|"
+           r"prefix_cache_retention_interval is set but .*retention has no effect")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -155,7 +159,8 @@ TRIGGERS = (
     "connection reset", "importerror", "modulenotfound", "undefined symbol", "killed", "137",
     "-9", "sigkill", "signal 9", "engine", "died", "worker failed", "dead", "background loop",
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
-    "frontend process", "core dumped", "the actor", "swap space")
+    "frontend process", "core dumped", "the actor", "swap space",
+    "prefix_cache_retention_interval")
 
 
 def may_match(text: str) -> bool:
