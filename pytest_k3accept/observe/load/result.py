@@ -1,7 +1,15 @@
-"""The result of a load run: per-request records, summaries and server-side figures."""
+"""The result of a load run: per-request records, summaries and server-side figures.
+
+A run keeps one :class:`RunRecord` per request: the numbers its summary, SLO and goodput
+checks read (status, error class and message, TTFT, e2e, token counts) and its inter-token
+gaps as a packed ``array('d')`` (8 bytes a gap, the exact floats), never the answer's text,
+tool calls or error body. A soak's memory is thus the in-flight requests plus these
+numbers (see docs/load.md, "Long runs").
+"""
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +17,70 @@ from .profile import LoadProfile
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...evidence.kinds import LoadRun
-    from ..endpoint.client import RequestResult
+
+
+#: error messages kept once however many records share them (bounded: see :func:`_shared`)
+_MESSAGES: dict[str, str] = {}
+_MAX_MESSAGES = 4096
+
+
+def _shared(text: str | None) -> str | None:
+    """One string object per distinct error message (many failed requests of a soak say
+    the same thing), for the first :data:`_MAX_MESSAGES` distinct ones."""
+    if text is None:
+        return None
+    kept = _MESSAGES.get(text)
+    if kept is not None:
+        return kept
+    if len(_MESSAGES) < _MAX_MESSAGES:
+        _MESSAGES[text] = text
+    return text
+
+
+class RunRecord:
+    """What a run keeps of one request: a ``RequestResult`` without its text, tool calls
+    and error body, its inter-token gaps packed (same floats, exact percentiles)."""
+
+    __slots__ = ("ok", "status", "error", "error_kind", "started_at", "ttft", "itl", "e2e",
+                 "prompt_tokens", "completion_tokens", "cached_tokens", "finish_reason",
+                 "chunks", "stream", "proxy")
+
+    def __init__(self, ok: bool, *, status: int | None = None, error: str | None = None,
+                 error_kind: str | None = None, started_at: float = 0.0,
+                 ttft: float | None = None, itl: Any = (), e2e: float | None = None,
+                 prompt_tokens: int | None = None, completion_tokens: int | None = None,
+                 cached_tokens: int | None = None, finish_reason: str | None = None,
+                 chunks: int = 0, stream: bool = False, proxy: str | None = None) -> None:
+        self.ok, self.status, self.error_kind = ok, status, error_kind
+        self.error = _shared(error)
+        self.started_at, self.ttft, self.e2e = started_at, ttft, e2e
+        self.itl = array("d", itl)
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.cached_tokens, self.finish_reason = cached_tokens, _shared(finish_reason)
+        self.chunks, self.stream, self.proxy = chunks, stream, _shared(proxy)
+
+    @classmethod
+    def of(cls, r: Any) -> "RunRecord":
+        """The kept part of a ``RequestResult`` (or of any object with its fields)."""
+        return cls(r.ok, status=r.status, error=r.error, error_kind=r.error_kind,
+                   started_at=r.started_at, ttft=r.ttft, itl=r.itl, e2e=r.e2e,
+                   prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
+                   cached_tokens=r.cached_tokens, finish_reason=r.finish_reason,
+                   chunks=getattr(r, "chunks", 0), stream=getattr(r, "stream", False),
+                   proxy=getattr(r, "proxy", None))
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first (``RequestResult.tpot``'s rule)."""
+        from ..endpoint.client import RequestResult
+
+        rule: Any = RequestResult.__dict__["tpot"].fget  # the property's own function
+        value: float | None = rule(self)  # it reads only fields a RunRecord has
+        return value
+
+    def __repr__(self) -> str:
+        return (f"RunRecord(ok={self.ok}, status={self.status}, error_kind={self.error_kind}, "
+                f"ttft={self.ttft}, e2e={self.e2e}, gaps={len(self.itl)})")
 
 
 @dataclass(frozen=True)
@@ -33,7 +104,7 @@ class LoadResult:
     """A finished run: per-request records, summaries and server-side figures."""
 
     profile: LoadProfile
-    records: list["RequestResult"]
+    records: list[RunRecord]
     elapsed: float
     started_at: float
     stopped_by: str
@@ -182,7 +253,7 @@ def _s(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f} s"
 
 
-def _compact(r: "RequestResult") -> dict[str, Any]:
+def _compact(r: RunRecord) -> dict[str, Any]:
     return {"ok": r.ok, "status": r.status, "error_kind": r.error_kind, "error": r.error,
             "started_at": r.started_at, "ttft": r.ttft, "e2e": r.e2e, "tpot": r.tpot,
             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,

@@ -11,8 +11,10 @@ gauges from ``/metrics`` (a cheap line scan every ``sample_interval`` s) and rep
 progress; counter deltas (tokens, preemptions, prefix-cache hits, queue time) come from
 full scrapes before and after, and are compared with what the run sent
 (``server["other_clients"]``, :mod:`.shared`: a server that also served other clients marks
-the run shared). The hot path does no logging, takes no lock and writes
-into preallocated lists.
+the run shared). The hot path does no logging and takes no lock; each finished request is
+kept as a slim :class:`~.result.RunRecord` (numbers and packed inter-token gaps, no text),
+and the plan is computed, not listed, so memory grows only with the requests actually sent
+(docs/load.md, "Long runs").
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import gc
 import random
 import time
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
@@ -30,7 +33,7 @@ from .profile import LoadProfile
 from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
 from .requestset import load as _load_set
-from .result import LoadResult, Progress
+from .result import LoadResult, Progress, RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..endpoint.client import RequestResult
@@ -49,8 +52,8 @@ _gc_saved: tuple[int, int, int] | None = None
 def fewer_collections() -> Iterator[None]:
     """Run with the cyclic garbage collector collecting far less often, restored after.
 
-    A run keeps every request's record (and its ITL list) alive, so each full collection
-    scans more objects as the run goes on; at 512 streams that cost ~15 % of the runner's
+    A run keeps every request's record alive (a slim :class:`~.result.RunRecord`, its ITL
+    packed), so each full collection scans more objects as the run goes on; at 512 streams that cost ~15 % of the runner's
     CPU per request and put collection pauses inside the latencies being measured. The
     thresholds go to :data:`RUN_GC_THRESHOLD` (never lower than they were; left alone when
     the GC is disabled) while at least one run is in progress, and back when the last one
@@ -104,33 +107,58 @@ def _body(req: ChatRequest, model: str, profile: LoadProfile) -> dict[str, Any]:
     return body
 
 
-def _plan(units: Sequence[Sequence[int]], start: int, count: int) -> tuple[list[list[int]], int]:
-    """Cycle ``units`` (lists of body indices) from unit ``start`` until ``count`` requests."""
-    out: list[list[int]] = []
-    left, i = count, start
-    while left > 0 and units:
-        unit = list(units[i % len(units)][:left])
-        out.append(unit)
-        left -= len(unit)
-        i += 1
-    return out, i
+class _Plan:
+    """The requests of one phase, cycling ``units`` (lists of body indices) from unit
+    ``start`` until ``count`` requests, without listing them: plan unit ``k`` and the slot
+    of its first request are computed when a worker takes it, so a soak bounded at a
+    million requests costs no memory for the requests it has not sent."""
+
+    def __init__(self, units: Sequence[Sequence[int]], start: int, count: int) -> None:
+        kept = [list(u) for u in units if u]
+        n = len(kept)
+        self.rotated = [kept[(start + m) % n] for m in range(n)]
+        self.offsets: list[int] = []
+        k = 0
+        for unit in self.rotated:
+            self.offsets.append(k)
+            k += len(unit)
+        cycle = k
+        self.cycle = cycle
+        self.total = count if n else 0
+        if not n:
+            self.units = 0
+        else:
+            full, rest = divmod(self.total, cycle)
+            self.units = full * n + sum(1 for o in self.offsets if o < rest)
+        #: the unit index (into ``units``) after the plan's last one
+        self.next = start + self.units
+
+    def __len__(self) -> int:
+        return self.units
+
+    def unit(self, k: int) -> tuple[int, list[int]]:
+        """(slot of its first request, its body indices) of plan unit ``k``."""
+        full, m = divmod(k, len(self.rotated))
+        first = full * self.cycle + self.offsets[m]
+        return first, self.rotated[m][:self.total - first]
+
+    def units_list(self) -> list[list[int]]:
+        """Every unit of the plan (for tests and small plans)."""
+        return [self.unit(k)[1] for k in range(self.units)]
 
 
 class _Run:
     """State of one measured phase (warm-up or run); counters are plain ints."""
 
     def __init__(self, client: LoadClient, bodies: list[dict[str, Any]],
-                 plan: list[list[int]], profile: LoadProfile) -> None:
+                 plan: _Plan, profile: LoadProfile) -> None:
         self.client, self.bodies, self.plan, self.profile = client, bodies, plan, profile
-        self.total = sum(len(u) for u in plan)
-        self.records: list[Any] = [None] * self.total
-        self.starts = [0.0] * self.total
-        self.ends = [0.0] * self.total
-        slots, k = [], 0
-        for unit in plan:
-            slots.append(list(range(k, k + len(unit))))
-            k += len(unit)
-        self.slots = slots
+        self.total = plan.total
+        # grown as requests start (slot order), never sized by the plan: a soak's bound
+        # can be far above what it sends
+        self.records: list[RunRecord | None] = []
+        self.starts = array("d")
+        self.ends = array("d")
         self.done = self.errors = self.in_flight = 0
         self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
@@ -142,6 +170,10 @@ class _Run:
         RequestResult = self.result_type
         perf = time.perf_counter
         self.in_flight += 1
+        while len(self.records) <= slot:  # slots start nearly in order: grows by one
+            self.records.append(None)
+            self.starts.append(0.0)
+            self.ends.append(0.0)
         self.starts[slot] = perf()
         try:
             if self.profile.timeout is not None and _timeout is not None:
@@ -160,14 +192,15 @@ class _Run:
             res = RequestResult(ok=False, error_kind=kind, error=f"{type(exc).__name__}: {exc}",
                                 stream=self.profile.stream, started_at=time.time())
         self.ends[slot] = perf()
-        self.records[slot] = res
+        self.records[slot] = RunRecord.of(res)  # the text, tool calls, error body go now
         self.in_flight -= 1
         self.done += 1
         if not res.ok:
             self.errors += 1
 
     async def unit(self, u: int) -> None:
-        for slot, body_index in zip(self.slots[u], self.plan[u]):
+        first, indices = self.plan.unit(u)
+        for slot, body_index in enumerate(indices, first):
             if self.stopping:
                 return
             await self.one(slot, body_index)
@@ -223,20 +256,19 @@ class _Run:
         await asyncio.gather(main, *self.tasks, return_exceptions=True)
         return "time"
 
-    def finish(self, t_end: float) -> tuple[list["RequestResult"], list[tuple[float, float]], int]:
+    def finish(self, t_end: float) -> tuple[list[RunRecord], list[tuple[float, float]], int]:
         """Records of started requests (cut ones as timeouts), their intervals, not sent."""
-        from ..endpoint.client import RequestResult
-
-        recs, spans, not_sent = [], [], 0
-        for i in range(self.total):
-            r = self.records[i]
+        recs: list[RunRecord] = []
+        spans: list[tuple[float, float]] = []
+        not_sent = self.total - len(self.records)
+        for i, r in enumerate(self.records):
             if r is None:
                 if self.starts[i] == 0.0:
                     not_sent += 1
                     continue
-                r = RequestResult(ok=False, error_kind="timeout", stream=self.profile.stream,
-                                  error="cancelled at the run's time bound (max_seconds = "
-                                        f"{self.profile.max_seconds:g} s)")
+                r = RunRecord(False, error_kind="timeout", stream=self.profile.stream,
+                              error="cancelled at the run's time bound (max_seconds = "
+                                    f"{self.profile.max_seconds:g} s)")
                 self.ends[i] = t_end
             recs.append(r)
             spans.append((self.starts[i], self.ends[i]))
@@ -273,10 +305,10 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         bodies = [_body(r, client.model, profile) for r in rs.requests]
         index = {id(r): i for i, r in enumerate(rs.requests)}
         units = [[index[id(r)] for r in unit] for unit in rs.units()]
-        warm_plan, nxt = _plan(units, 0, profile.warmup)
-        plan, _ = _plan(units, nxt, profile.requests)
+        warm_plan = _Plan(units, 0, profile.warmup)
+        plan = _Plan(units, warm_plan.next, profile.requests)
         await mon.open()
-        if warm_plan:
+        if len(warm_plan):
             warm = _Run(client, bodies, warm_plan, profile)
             await warm.drive(profile.max_seconds)
             await mon.settle(sum(1 for r in warm.records if r is not None and r.ok))

@@ -26,11 +26,15 @@ class Record(Protocol):
     ok: bool
     error_kind: str | None
     ttft: float | None
-    itl: list[float]
     e2e: float | None
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
+
+    @property
+    def itl(self) -> Sequence[float]:
+        """The gaps between content chunks (a list, or the packed ``array('d')`` of a
+        :class:`~.result.RunRecord`)."""
 
     @property
     def tpot(self) -> float | None:
