@@ -153,6 +153,8 @@ class Findings:
     responses: list[Ref] = field(default_factory=list)
     audience: str | None = None
     cache_ab: list[tuple[Ref, bool]] = field(default_factory=list)
+    #: the procedure's step 5 (two cache-retention settings compared): its ref and figures
+    retention: list[tuple[Ref, dict[str, Any]]] = field(default_factory=list)
     unknown_env: list[Ref] = field(default_factory=list)
     #: failed SLO / headroom judgements no load run could be paired with (they still count
     #: against keep; an unpaired passing judgement is never a pass)
@@ -328,6 +330,13 @@ def read(evidence: Sequence[Evidence]) -> Findings:
                     sref = Ref(f"procedure step {step.n} {step.name}", ev.nodeid,
                                f"step {step.n} {step.name}: {step.summary}".strip())
                     out.runs.append(step_run(step, sref))
+            for raw in data.get("steps") or ():
+                if isinstance(raw, Mapping) and raw.get("n") == 5 and isinstance(
+                        raw.get("retention"), Mapping):
+                    figures = dict(raw["retention"])
+                    out.retention.append((Ref("procedure step 5 cache retention", ev.nodeid,
+                                              str(figures.get("line") or raw.get("reason"))),
+                                          figures))
         elif isinstance(typed, PrefixCacheAB):
             out.cache_ab.append((ref, typed.ok))
         elif isinstance(typed, Response) and typed.ok:

@@ -203,8 +203,10 @@ def shortage(c: Case) -> Verdict | None:
                         f"reach the target ({c.conc} concurrent, {c.ctx} tokens).")
         if not b.layers.is_fixed("network"):
             b.advice.append("Scaling past it: multi-node or another environment.")
+        _retention(c)
         return b.done(ACCEPT_LIMITS, limits)
     b.advice.append(advice.scale(b.layers))
+    _retention(c)
     return b.done(SCALE)
 
 
@@ -240,6 +242,7 @@ def keep(c: Case) -> Verdict | None:
             c.b.cite(ref)
             c.b.advice.append("Prefix caching did not deliver hits on a repeating request "
                               "set: do not count on cache savings until it does.")
+    _retention(c)
     c.b.advice.append("Keep the setup; strengthen monitoring of KV-cache usage, "
                       "preemptions, prefix-cache hit rate and error rate.")
     return c.b.done(KEEP, {"concurrency": c.conc, "context_tokens": c.ctx})
@@ -261,6 +264,17 @@ def not_measured(c: Case) -> Verdict | None:
 RULES: tuple[Rule, ...] = (usage_error, environment_first, non_memory_failure, nothing_served,
                            endpoint_unreachable, functional_only, shortage, target_not_set,
                            keep, not_measured)
+
+
+def _retention(c: Case) -> None:
+    """Step 5's cache-retention comparison, cited with both settings' figures, and its advice."""
+    from ..checks.procedure.retention import advice as retention_advice
+
+    for ref, data in c.f.retention:
+        c.b.cite(ref)
+        said = retention_advice(data)
+        if said:
+            c.b.advice.append(said)
 
 
 def problem_line(p: fnd.Problem) -> str:

@@ -10,7 +10,11 @@ One server, started with the ``testbed-hybrid`` preset's KV cache:
 * the prefix-cache A/B's block arithmetic on real 0-hit cases: a shared prefix under one block,
   and a shared part that ends mid-block while each request's state is kept at its last whole
   block (in its unique part) are both *inconclusive*, never "caching is broken"; the A/B's own
-  default set (sized in whole blocks from the live config) hits.
+  default set (sized in whole blocks from the live config) hits;
+* step 5 of the procedure for real: steps 2, 3 and 6 on this server, step 5 on two relaunches
+  (the budget: ~55 s each here) with ``--max-num-batched-tokens 512`` that differ only in
+  ``--prefix-cache-retention-interval`` (0 vs 512): 0 vs 1,024 hits and a shorter prefill, in
+  the step log, the verdict's reasons and advice, and the record.
 """
 
 from __future__ import annotations
@@ -99,3 +103,78 @@ def test_ab_block_arithmetic_on_real_zero_hits(hybrid: Any) -> None:
     own = _ab(hybrid.base_url, None)
     assert own.on is not None and own.shape.shared_tokens >= 256, own.message
     assert own.on.hits == 256 * (own.shape.requests - 1), own.message
+
+
+def _retention_set(base_url: str) -> Any:
+    """Two requests that share a ~1,050-token system prompt: the first 1,900 tokens long (so
+    ``--max-num-batched-tokens 512`` prefills it in 4 chunks, each ending at a multiple of
+    512), the second 1,100 tokens (it shares the first two chunks of the first)."""
+    from pytest_k3accept.observe.load.requestset import RequestSet
+
+    big = _set(base_url, 1050, 1900, 1, seed=184).requests[0]
+    small = _set(base_url, 1050, 1100, 1, seed=184).requests[0]
+    assert big.messages[0] == small.messages[0]
+    return RequestSet([big, small], name="hybrid-retention")
+
+
+def test_step5_compares_two_retention_settings_on_chunked_prefill(hybrid: Any,
+                                                                  tmp_path: Any) -> None:
+    """The procedure on the hybrid server: steps 2, 3 and 6 on it, step 5 on two relaunches
+    with --max-num-batched-tokens 512 that differ only in the retention interval (0 vs 512);
+    the comparison, both settings' figures, the verdict's reason and advice, and the record."""
+    from pytest_k3accept.checks.procedure.plan import DecisionProfile, ProcedureSpec
+    from pytest_k3accept.checks.procedure.run import run_procedure
+    from pytest_k3accept.config.presets import load_preset
+    from pytest_k3accept.config.settings import Settings
+    from pytest_k3accept.evidence.store import Evidence, RunState
+    from pytest_k3accept.decide.verdict import decide_state
+    from pytest_k3accept.observe.endpoint.discover import discover
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.server.relaunch import Relauncher
+    from pytest_k3accept.output import record
+    from pytest_k3accept.output.redact import Redactor
+
+    rs = _retention_set(hybrid.base_url)
+    dp = DecisionProfile(
+        LoadProfile(name="hybrid-retention", concurrency=2, requests=2, context_tokens=1900,
+                    output_tokens=4, warmup=0, max_seconds=120),
+        ProcedureSpec(retention_interval=512, retention_batched_tokens=512))
+    size = load_preset("testbed-hybrid").server.kv_cache_bytes
+    relauncher = Relauncher(f"testbed --variant hybrid --kv-cache-memory-bytes {size}",
+                            artifacts=tmp_path, timeout=300)
+    endpoint = discover(hybrid.base_url, timeout=30)
+    proc = asyncio.run(run_procedure(endpoint, dp, relauncher=relauncher, requests=rs))
+    print("\n".join(proc.lines()))
+    steps = {s.n: s for s in proc.steps}
+    s5 = steps[5]
+    assert s5.status == "ran", s5.reason
+    ret = s5.figures["retention"]
+    base, changed = ret["base"], ret["changed"]
+    assert (base["interval"], changed["interval"]) == ("0", "512"), ret
+    assert base["max_num_batched_tokens"] == changed["max_num_batched_tokens"] == "512"
+    assert base["mamba_cache_mode"] == changed["mamba_cache_mode"] == "align"
+    # the second request resumes at the state kept at 1,024 only with retention 512
+    assert base["prefix_cache_hits"] == 0 and changed["prefix_cache_hits"] == 1024, ret
+    assert base["prefix_cache_queries"] == changed["prefix_cache_queries"] > 0
+    assert base["cached_tokens"] is None  # usage.cached_tokens stays null: /metrics says it
+    assert ret["outcome"] == "more-hits" and ret["faster"] is True, ret
+    assert changed["prefill_time_mean"] < base["prefill_time_mean"], ret
+    assert "prefix-cache hits 1,024 vs 0" in s5.reason and "prefill mean" in s5.reason
+    assert [steps[n].status for n in (1, 2, 3, 6, 7)] == ["ran"] * 5, proc.lines()
+    assert proc.one_variable, proc.problems
+    # the verdict cites step 5 and advises the setting that kept the states
+    assert any("step 5 cache retention" in r and "1,024 vs 0" in r
+               for r in proc.verdict.reasons), proc.verdict.reasons
+    assert any("--prefix-cache-retention-interval 512" in a and "0 -> 1,024" in a
+               for a in proc.verdict.advice), proc.verdict.advice
+    # the record keeps both settings' figures
+    state = RunState()
+    state.add("procedure", proc.summary(), proc.as_dict(), nodeid="test_hybrid_live")
+    verdict = decide_state(state, target=dp.target())
+    assert any("--prefix-cache-retention-interval 512" in a for a in verdict.advice)
+    rec = record.finish(record.build(state, Settings(), environ={}), Redactor())
+    step5 = next(s for s in rec["evidence"][0]["data"]["steps"] if s["n"] == 5)
+    assert step5["retention"]["base"]["prefix_cache_hits"] == 0
+    assert step5["retention"]["changed"]["prefix_cache_hits"] == 1024
+    assert step5["retention"]["changed"]["prefill_time_mean"] > 0
+

@@ -125,4 +125,7 @@ def test_step_log_line_and_dict() -> None:
     assert steps[2].line() == "step 3 lower concurrency (vs step 2: concurrency 8 -> 2): PLANNED"
     d = steps[4].as_dict()
     assert d["status"] == "not-run" and d["capacity"] is False
-    assert d["server_args"] == ["--prefix-cache-retention-interval", "1024"]
+    assert d["server_args"] == ["--max-num-batched-tokens", "1024",
+                                "--prefix-cache-retention-interval", "1024"]
+    assert "retention 0 -> retention 1024, two relaunches with --max-num-batched-tokens 1024" \
+        in d["change"]

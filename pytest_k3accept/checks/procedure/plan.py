@@ -4,7 +4,11 @@
 2. baseline at the target load with prefix caching on: peak KV usage, hit state;
 3. lower concurrency (vs step 2);
 4. lower context length (vs step 3, so context and concurrency change one at a time);
-5. change the cache retention policy (vs step 2; needs a relaunch: ``--k3-launch`` only);
+5. change the cache retention policy: two relaunches that differ only in
+   ``--prefix-cache-retention-interval`` (``retention_base_interval`` vs
+   ``retention_interval``), both with the chunked-prefill setting that makes them differ
+   (``--max-num-batched-tokens``), each the same request set one request at a time; hit state
+   and prefill time compared (:mod:`.retention`; ``--k3-launch`` only);
 6. restore context, concurrency and cache to the targets and check stability (vs step 2);
 7. classify: no headroom at the targets means "needs scaling", not "tuned".
 
@@ -16,6 +20,9 @@ targets from the load profile, the reduced values from its ``[procedure]`` table
     reduced_concurrency = 4          # default: half the target concurrency (at least 1)
     reduced_context_tokens = 3000    # default: half the target context
     retention_interval = 1024        # step 5: --prefix-cache-retention-interval N
+    retention_base_interval = 0      # ... compared with this one (vLLM's default 0)
+    retention_batched_tokens = 1024  # both arms: --max-num-batched-tokens (default: the
+                                     # interval; 0: the launch's own setting)
     # retention_args = ["--prefix-cache-retention-interval", "512"]   # or the exact flags
     # reduced_request_set = "short.jsonl"  # step 4 for a fixed request-set file
 """
@@ -53,12 +60,34 @@ class ProcedureSpec:
     retention_interval: int = 1024
     retention_args: tuple[str, ...] = ()
     reduced_request_set: str | None = None
+    retention_base_interval: int = 0
+    retention_batched_tokens: int | None = None
 
     @property
     def retention_flags(self) -> tuple[str, ...]:
-        """The server flags of step 5."""
+        """The changed retention setting of step 5 (without the chunked-prefill flag)."""
         return self.retention_args or ("--prefix-cache-retention-interval",
                                        str(self.retention_interval))
+
+    @property
+    def chunk_flags(self) -> tuple[str, ...]:
+        """``--max-num-batched-tokens N`` of both step-5 arms (retention matters only when
+        prefill is chunked): ``retention_batched_tokens``, else the retention interval (each
+        chunk then ends on a retention boundary); ``()`` for 0 or exact ``retention_args``
+        without a given value."""
+        n = self.retention_batched_tokens
+        if n is None and not self.retention_args:
+            n = self.retention_interval
+        return ("--max-num-batched-tokens", str(n)) if n else ()
+
+    def retention_arms(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Step 5's two relaunches, ``[(label, flags)]``: the changed setting first (a model
+        that refuses it needs no second relaunch), then the one it is compared with."""
+        changed = (" ".join(self.retention_args) if self.retention_args
+                   else f"retention {self.retention_interval}")
+        base = ("--prefix-cache-retention-interval", str(self.retention_base_interval))
+        return [(changed, self.chunk_flags + self.retention_flags),
+                (f"retention {self.retention_base_interval}", self.chunk_flags + base)]
 
     @classmethod
     def from_mapping(cls, data: Any, where: str = "[procedure]") -> "ProcedureSpec":
@@ -84,13 +113,21 @@ class ProcedureSpec:
                     raise ProcedureError(f"{where}: reduced_rate: expected a positive number, "
                                          f"got {value!r}")
                 out[key] = float(value)
+            elif key == "retention_batched_tokens" and value is None:
+                out[key] = None
             else:
-                low = 0 if key == "retention_interval" else 1
+                low = 0 if key in ("retention_interval", "retention_base_interval",
+                                   "retention_batched_tokens") else 1
                 if isinstance(value, bool) or not isinstance(value, int) or value < low:
                     raise ProcedureError(f"{where}: {key}: expected an integer >= {low}, got "
                                          f"{value!r}")
                 out[key] = value
-        return cls(**out)
+        spec = cls(**out)
+        if not spec.retention_args and spec.retention_interval == spec.retention_base_interval:
+            raise ProcedureError(f"{where}: retention_interval {spec.retention_interval} equals "
+                                 "retention_base_interval: step 5 would compare a setting with "
+                                 "itself; give two different intervals")
+        return spec
 
 
 @dataclass(frozen=True)
@@ -228,9 +265,12 @@ def plan(dp: DecisionProfile, *, can_relaunch: bool, fixed_set: bool) -> list[St
             changes["request_set"] = spec.reduced_request_set
         s4.profile = prev.profile.replace("[procedure]", **changes)
     steps.append(s4)
+    (changed_label, changed_args), (base_label, _) = spec.retention_arms()
+    chunk = " ".join(spec.chunk_flags) or "the launch's own --max-num-batched-tokens"
     s5 = Step(5, base=2, variable="server flags", profile=target, capacity=False,
-              server_args=spec.retention_flags, needs_relaunch=True,
-              change="cache retention: " + " ".join(spec.retention_flags))
+              server_args=changed_args, needs_relaunch=True,
+              change=f"cache retention: {base_label} -> {changed_label}, two relaunches with "
+                     f"{chunk}, the request set one request at a time")
     if not can_relaunch:
         s5.status, s5.reason = NOT_RUN, (
             "needs a relaunch with changed server flags; the endpoint is fixed (start the "

@@ -2,21 +2,24 @@
 
 Load steps go through :func:`~pytest_k3accept.observe.load.runner.run_load` on the same request set
 (step 4 on its lower-context twin); each is judged with the load package's headroom rule
-(free KV at peak, preemptions, errors). Step 5 runs on a relaunched variant of the server
-(:mod:`.relaunch`) and is reported ``not-run`` on a fixed endpoint, ``not-applicable`` when
-the server rejects the retention flags for this model (quoting its log line). Step 7 is the
+(free KV at peak, preemptions, errors). Step 5 runs the request set on two relaunched
+variants of the server (:mod:`~pytest_k3accept.observe.server.relaunch`), one per retention
+setting (:mod:`.retention`), and is reported ``not-run`` on a fixed endpoint,
+``not-applicable`` when the server rejects the retention flags for this model (quoting its log
+line) or serves with prefix caching off, ``failed`` when a relaunch does not start for another
+reason (its classified cause and line). Step 7 is the
 verdict (:func:`~pytest_k3accept.decide.verdict.decide`) over the steps.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from .plan import FAILED, NOT_APPLICABLE, RAN, DecisionProfile, Step, one_variable, plan
+from .plan import (FAILED, NOT_APPLICABLE, NOT_RUN, RAN, DecisionProfile, Step, one_variable,
+                   plan)
 from ...evidence.store import Evidence
 from ...decide.verdict import Verdict, decide
 
@@ -84,47 +87,66 @@ def absorb(step: Step, result: "LoadResult", dp: DecisionProfile) -> None:
     step.reason = judged.line()
 
 
-def _fmt(x: Any, pct: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.1%}" if pct else f"{x * 1000:.1f} ms"
+def _refused(step: Step, var: Any) -> None:
+    """A relaunch that did not start: "not applicable" when vLLM refuses retention for this
+    model (its own line quoted), else failed with the classified cause and its line."""
+    fail = var.failure() or {}
+    quotes = list(fail.get("evidence_lines") or [])
+    quote = quotes[0] if quotes else (var.error or "").split("\n")[0]
+    rejected = next((m.group(0) for m in map(_ERROR_LINE.search, var.log_text().splitlines())
+                     if m and all(k in m.group(0) for k in _NO_EFFECT)), None)
+    if rejected:
+        step.status = NOT_APPLICABLE
+        step.reason = f"the server rejects these flags for this model: {rejected!r}"
+    else:
+        step.status = FAILED
+        step.reason = (f"the relaunched server ({' '.join(var.args)}) did not start "
+                       f"({fail.get('category')}): {quote!r} (log: {var.log_path})")
 
 
-async def _variant_step(step: Step, base: Step, rs: "RequestSet", endpoint: "Endpoint",
-                        relauncher: "Relauncher", dp: DecisionProfile,
-                        progress: Callable[[Any], Any] | None) -> None:
-    from ...observe.load.runner import run_load
+async def _retention_step(step: Step, base: Step, rs: "RequestSet", endpoint: "Endpoint",
+                          relauncher: "Relauncher", dp: DecisionProfile) -> None:
+    """Step 5: the two retention settings, each on its own relaunch, compared (:mod:`.retention`)."""
+    from ..prefix_ab.compare import ABError
+    from ..prefix_ab.run import Side, live_config, run_side
+    from . import retention
 
-    var = await asyncio.to_thread(relauncher.start, step.server_args, f"step{step.n}")
-    try:
-        step.figures["variant"] = var.as_dict()
-        if not var.ready:
-            fail = var.failure() or {}
-            quotes = list(fail.get("evidence_lines") or [])
-            quote = quotes[0] if quotes else (var.error or "").split("\n")[0]
-            rejected = next((m.group(0) for m in map(_ERROR_LINE.search,
-                                                     var.log_text().splitlines())
-                             if m and all(k in m.group(0) for k in _NO_EFFECT)), None)
-            if rejected:
-                step.status = NOT_APPLICABLE
-                step.reason = f"the server rejects these flags for this model: {rejected!r}"
-            else:
-                step.status = FAILED
-                step.reason = (f"the relaunched server did not start ({fail.get('category')}): "
-                               f"{quote!r} (log: {var.log_path})")
-            return
-        assert step.profile is not None
-        twin = dataclasses.replace(endpoint, base_url=var.base_url)
-        async with twin.client(timeout=step.profile.timeout) as client:
-            result = await run_load(client, rs, step.profile, progress=progress)
-        absorb(step, result, dp)
-        b, f = base.figures, step.figures
-        step.reason = (f"prefill mean {_fmt(f['prefill_time_mean'])} vs "
-                       f"{_fmt(b.get('prefill_time_mean'))} (step {base.n}); prefix-cache hit "
-                       f"rate {_fmt(f['prefix_cache_hit_rate'], True)} vs "
-                       f"{_fmt(b.get('prefix_cache_hit_rate'), True)}; {step.reason}")
-    finally:
-        await asyncio.to_thread(var.process.stop)
+    if base.figures.get("prefix_caching") is False:
+        step.status = NOT_APPLICABLE
+        step.reason = ("prefix caching is OFF in the server (step 2's live config, "
+                       "vllm:cache_config_info enable_prefix_caching=False): retention keeps "
+                       "prefix-cache states, so there is nothing to compare; launch with "
+                       "--enable-prefix-caching")
+        return
+    key = getattr(endpoint, "_api_key", None)
+    timeout = dp.load.timeout or endpoint.timeout
+    arms: list[retention.RetentionArm] = []
+    step.figures["variants"] = []
+    for label, args in dp.procedure.retention_arms():
+        var = await asyncio.to_thread(relauncher.start, args,
+                                      f"step{step.n}-" + re.sub(r"\W+", "-", label).strip("-"))
+        try:
+            step.figures["variants"].append(var.as_dict())
+            if not var.ready:
+                _refused(step, var)
+                return
+            try:
+                cfg = await live_config(var.base_url, key, timeout)
+                arm = await run_side(Side(label, var.base_url, endpoint.model), rs,
+                                     api_key=key, timeout=timeout, config=cfg)
+            except ABError as exc:
+                step.status, step.reason = NOT_RUN, f"{label}: {exc}; the retention figures " \
+                                                    "are unknown"
+                return
+            arms.append(retention.RetentionArm(label, tuple(args), arm, var.startup_s,
+                                               str(var.log_path)))
+        finally:
+            await asyncio.to_thread(var.process.stop)
+    changed, original = arms
+    result = retention.compare(original, changed)
+    step.figures["retention"] = result.as_dict()
+    step.status = FAILED if result.outcome == retention.FAILED else RAN
+    step.reason = result.line
 
 
 async def run_procedure(endpoint: "Endpoint", dp: DecisionProfile, *,
@@ -151,7 +173,7 @@ async def run_procedure(endpoint: "Endpoint", dp: DecisionProfile, *,
                 continue
             if n == 5:
                 assert relauncher is not None
-                await _variant_step(step, by_n[2], rs, endpoint, relauncher, dp, progress)
+                await _retention_step(step, by_n[2], rs, endpoint, relauncher, dp)
                 continue
             run_set = rs
             if n == 4:
