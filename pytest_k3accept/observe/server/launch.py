@@ -9,7 +9,6 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -68,10 +67,12 @@ def describe_returncode(returncode: int) -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on ``host`` that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """Return a TCP port on ``host`` that is free right now (the OS picks it) and that no
+    other k3accept process has picked (:func:`.claims.reserve`: two sessions starting at
+    once never get one port)."""
+    from .claims import reserve
+
+    return reserve(host)
 
 
 def _proc_table() -> dict[int, tuple[int, int, str, int]]:
