@@ -409,3 +409,56 @@ def test_two_api_servers_multiprocess_pages() -> None:
     assert d.prompt_tokens() == 2 * 2476 and d.generation_tokens() == 2 * 1600
     assert d.preemptions() == 4 and d.successes()["length"] == 8
     assert d.per_engine("vllm:num_preemptions_total") == {"0": 2, "1": 2}
+
+
+# -- histogram quantiles (PromQL's histogram_quantile) ------------------------------------
+def test_ttft_quantiles_from_the_merged_buckets_of_two_engines() -> None:
+    """Second load - idle on the real DP2 pages, read off by hand: both engines together
+    have 2 TTFTs <= 0.75 s, 3 <= 1.0 s, 16 <= 2.5 s (of 16). p50: rank 8 falls in
+    (1.0, 2.5] at 5 of its 13: 1.0 + 1.5 * 5/13; p99: rank 15.84, 1.0 + 1.5 * 12.84/13;
+    p10: rank 1.6 in (0.5, 0.75] at 1.6 of 2."""
+    d = snap("vllm-0.32-dp2-second-load.txt", 10.0) - snap("vllm-0.32-dp2-idle.txt")
+    ttft = "vllm:time_to_first_token_seconds"
+    assert d.histogram_quantile(ttft, 0.5) == pytest.approx(1.0 + 1.5 * 5 / 13)
+    assert d.histogram_quantile(ttft, 0.99) == pytest.approx(1.0 + 1.5 * 12.84 / 13)
+    assert d.histogram_quantile(ttft, 0.1) == pytest.approx(0.5 + 0.25 * 0.8)
+    # nothing observed, no such histogram, q outside 0..1: undefined, never 0
+    idle = snap("vllm-0.32-dp2-idle.txt") - snap("vllm-0.32-dp2-idle.txt")
+    assert idle.histogram_quantile(ttft, 0.5) is None
+    assert d.histogram_quantile("vllm:no_such_seconds", 0.5) is None
+    assert d.histogram_quantile(ttft, 1.5) is None
+
+
+def test_bucket_quantile_follows_promql_edge_cases() -> None:
+    from pytest_k3accept.observe.metrics.histograms import bucket_quantile
+
+    inf = float("inf")
+    assert bucket_quantile(0.5, {1.0: 0, 2.0: 10, inf: 10}) == 1.5
+    assert bucket_quantile(0.99, {1.0: 5, 2.0: 10, inf: 20}) == 2.0  # in +Inf: highest bound
+    assert bucket_quantile(0.25, {1.0: 4, 2.0: 2, inf: 8}) == 0.5  # made monotonic first
+    assert bucket_quantile(0.5, {-1.0: 3, 1.0: 4, inf: 4}) == -1.0  # bound <= 0 kept
+    assert bucket_quantile(0.5, {1.0: 2, 2.0: 4}) is None  # no +Inf bucket
+    assert bucket_quantile(0.5, {inf: 4}) is None and bucket_quantile(float("nan"), {}) is None
+
+
+def test_prometheus_engine_peaks_over_a_window() -> None:
+    """``max_over_time`` answers drop ``__name__`` (as Prometheus does): one query per
+    family, each answer given its family's name back; shaped as ``engine_gauges``."""
+    saved = json.loads(page("prometheus-2.42-gauges-k3.json"))["data"]["result"]
+    seen: list[str] = []
+
+    def handle(req: Any) -> None:
+        query = parse_qs(urlsplit(req.path).query)
+        seen.append(query["query"][0] + " @" + query["time"][0])
+        name = query["query"][0].split("(", 1)[1].split("{", 1)[0]
+        rows = [{"metric": {k: v for k, v in s["metric"].items() if k != "__name__"},
+                 "value": s["value"]} for s in saved if s["metric"]["__name__"] == name]
+        req.send(200, json.dumps({"status": "success", "data": {
+            "resultType": "vector", "result": rows}}).encode())
+
+    with StubServer() as stub:
+        stub.route("GET", "/api/v1/query", handle)
+        peaks = Prometheus(stub.base_url, selector='cluster="k3"').engine_peaks(100.0, 112.4)
+    assert peaks == snap("vllm-0.32-dp2-under-load.txt").engine_gauges()
+    assert peaks["kv"] == KV and peaks["running"] == RUNNING
+    assert 'max_over_time(vllm:kv_cache_usage_perc{cluster="k3"}[13s]) @112.400' in seen

@@ -353,6 +353,21 @@ class Prometheus:
         return Snapshot.from_samples(self.query(f"{{{matchers}}}", at=at),
                                      time.time() if at is None else at)
 
+    def engine_peaks(self, start: float, end: float) -> dict[str, dict[str, float]]:
+        """The highest KV usage / running / waiting per engine Prometheus recorded in
+        ``[start, end]`` (``max_over_time``), shaped as
+        :meth:`~pytest_k3accept.observe.metrics.Snapshot.engine_gauges`:
+        ``{"kv": {"0": 0.55, "1": 0.52}, "running": ...}``. The window is whole seconds
+        ending at ``end``; a peak shorter than Prometheus' scrape interval can be missed."""
+        from ..metrics import Snapshot
+
+        window = max(1, math.ceil(end - start))
+        rows: list[Sample] = []
+        for name in VLLM_GAUGES:  # max_over_time drops the name: one query per family
+            rows += [(name, labels, value) for _, labels, value in self.query(
+                f"max_over_time({scoped(name, self.matchers)}[{window}s])", at=end)]
+        return Snapshot.from_samples(rows, end).engine_gauges()
+
     def kv_cache_usage_per_engine(self) -> dict[str, float]:
         """``vllm:kv_cache_usage_perc`` (or the older ``gpu_cache_usage_perc``) per engine."""
         return self.snapshot().kv_cache_usage_per_engine()

@@ -16,7 +16,9 @@ up); gauges are kept per engine (:meth:`Snapshot.engine_gauges`) and folded by
 :data:`GAUGE_FOLD`: KV-cache usage is the *worst* engine's (a fraction: 2 engines at 73 % are
 not 146 % full), running/waiting requests are the server's totals (counts add up). The
 Prometheus path (:meth:`Snapshot.from_samples`, fed by PromQL) uses the same accessors, so
-both paths give the same figures for the same server.
+both paths give the same figures for the same server. Quantiles of a histogram over an
+interval (:meth:`Delta.histogram_quantile`, e.g. TTFT p99) come from the buckets merged over
+engines, interpolated as PromQL's ``histogram_quantile`` (:mod:`.histograms`).
 
 **Releases.** Older names are read as the current ones (:data:`RENAMED`), only when the
 current family is absent (releases that export both must not count twice); ``aliased`` says
@@ -41,11 +43,12 @@ from __future__ import annotations
 from .exposition import (ENGINE_LABEL, ENGINE_SERIES, EXPECTED_TYPES, RENAMED, Labels,
                          Sample, engine_key, is_openmetrics, number, target)
 from .gauges import GAUGE_FOLD, GAUGES, fold_gauges, scan_engine_gauges, scan_gauges
+from .histograms import bucket_quantile
 from .scrape import MAX_METRICS_BODY, MetricsScraper, MetricsUnavailable
 from .snapshot import RECORDED, Delta, Snapshot, not_exported, parse_many
 
 __all__ = ["Delta", "ENGINE_LABEL", "ENGINE_SERIES", "EXPECTED_TYPES", "GAUGES",
            "GAUGE_FOLD", "Labels", "MAX_METRICS_BODY", "MetricsScraper",
            "MetricsUnavailable", "RECORDED", "RENAMED", "Sample", "Snapshot",
-           "engine_key", "fold_gauges", "is_openmetrics", "not_exported", "number",
-           "parse_many", "scan_engine_gauges", "scan_gauges", "target"]
+           "bucket_quantile", "engine_key", "fold_gauges", "is_openmetrics", "not_exported",
+           "number", "parse_many", "scan_engine_gauges", "scan_gauges", "target"]

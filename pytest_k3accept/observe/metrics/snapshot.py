@@ -13,6 +13,7 @@ from .exposition import (_SUFFIXES, ENGINE_LABEL, ENGINE_SERIES, RENAMED, Labels
                          _families, _finite, _renamed, engine_key, is_openmetrics, number,
                          target)
 from .gauges import GAUGES, fold_gauges
+from .histograms import bucket_quantile
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,16 @@ class Delta:
     def histogram_mean(self, name: str) -> float | None:
         total, count = self.histogram(name)
         return total / count if count else None
+
+    def histogram_quantile(self, name: str, q: float) -> float | None:
+        """The ``q`` quantile (0..1) of histogram ``name``'s observations over the delta,
+        from its buckets' increases merged over engines (the same ``le`` added up),
+        interpolated as PromQL's ``histogram_quantile``; None without buckets or
+        observations."""
+        les = {lbl["le"] for lbl, _ in self.later.series(f"{name}_bucket") if "le" in lbl}
+        buckets = {bound: self.increase(f"{name}_bucket", le=le) for le in les
+                   if (bound := number(le)) is not None}
+        return bucket_quantile(q, buckets)
 
     def missing(self) -> list[str]:
         """The families of :data:`RECORDED` this server does not export (unknown figures;
