@@ -14,7 +14,9 @@ One server, started with the ``testbed-hybrid`` preset's KV cache:
 * step 5 of the procedure for real: steps 2, 3 and 6 on this server, step 5 on two relaunches
   (the budget: ~55 s each here) with ``--max-num-batched-tokens 512`` that differ only in
   ``--prefix-cache-retention-interval`` (0 vs 512): 0 vs 1,024 hits and a shorter prefill, in
-  the step log, the verdict's reasons and advice, and the record.
+  the step log, the verdict's reasons and advice, and the record;
+* the cache expectations of a preset against the live ``cache_config_info``: one that matches,
+  and K3's (the recipe's ``--prefix-match-unit 128``), which this server does not meet.
 """
 
 from __future__ import annotations
@@ -178,3 +180,31 @@ def test_step5_compares_two_retention_settings_on_chunked_prefill(hybrid: Any,
     assert step5["retention"]["changed"]["prefix_cache_hits"] == 1024
     assert step5["retention"]["changed"]["prefill_time_mean"] > 0
 
+
+def test_cache_expectations_against_the_live_config(hybrid: Any) -> None:
+    """A preset that matches the live cache_config_info passes each expectation; K3's (with
+    the recipe's --prefix-match-unit 128) fails, naming the wanted and the live value."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from pytest_k3accept.checks.prefix_ab.expect import FAIL, PASS, check
+    from pytest_k3accept.checks.prefix_ab.run import live_config
+    from pytest_k3accept.config.presets import load_preset
+
+    data = Path(__file__).parent.parent / "data" / "presets"
+    cfg = asyncio.run(live_config(hybrid.base_url, None, 30))
+    same = load_preset(data / "hybrid-cache.toml")
+    ok = check(same.server, cfg, preset=same.name)
+    assert [(r.label, r.status, r.live) for r in ok] == [
+        ("enable_prefix_caching", PASS, "True"), ("mamba_cache_mode", PASS, "align")]
+    # K3's: the kimi-k3 preset's explicit prefix caching and align mode, and the recipe's
+    # --prefix-match-unit 128 (as the field guide's recipe passes it)
+    k3 = SimpleNamespace(prefix_caching="explicit", mamba_cache_mode="align",
+                         prefix_match_unit=128)
+    got = {r.label: r for r in check(k3, cfg, preset="k3-cache", recipe="Kimi-K3.yaml")}
+    assert got["enable_prefix_caching"].status == got["mamba_cache_mode"].status == PASS
+    miss = got["prefix_match_unit"]
+    assert miss.status == FAIL and miss.message == (
+        "prefix_match_unit: the recipe (Kimi-K3.yaml, via preset 'k3-cache') wants "
+        "--prefix-match-unit 128; the live server reports 'None': not set, so hits come in "
+        "whole blocks of 128 tokens")

@@ -89,7 +89,8 @@ SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "all2all_backends": _backends, "prefix_caching": _choice(PREFIX_MODES),
         "min_prefix_cache_hit_rate": _number(0.0, 1.0), "tool_call_parser": _text,
         "reasoning_parser": _text, "require_parsed_tool_call": _bool,
-        "parsed_tool_call_reason": _text, "kv_cache_bytes": _int(1)}),
+        "parsed_tool_call_reason": _text, "kv_cache_bytes": _int(1),
+        "mamba_cache_mode": _text}),
     "targets": (Targets, {
         "context_tokens": _int(1), "concurrency": _int(1), "output_tokens": _int(1),
         "prefix_tokens": _int(0), "prefix_reuse": _number(0.0, 1.0), "requests": _int(1),

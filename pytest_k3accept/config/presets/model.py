@@ -53,6 +53,9 @@ class Server:
     #: embedded testbed with; None: the testbed's default (1 GiB). Read by nothing else: a
     #: real deployment's cache is what its own launch command sizes.
     kv_cache_bytes: int | None = None
+    #: ``mamba_cache_mode`` a hybrid model (KDA / linear-attention layers with recurrent state)
+    #: must serve with (``cache_config_info``; ``"align"`` with prefix caching); None: not checked
+    mamba_cache_mode: str | None = None
 
 
 @dataclass(frozen=True)
