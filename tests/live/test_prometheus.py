@@ -4,24 +4,22 @@ The tests start Prometheus on a loopback port with a temporary config and TSDB. 
 two targets every second: a small exporter served here with dcgm-exporter-style series (the
 stand-in for dcgm-exporter: same metric names and labels) and the real vLLM testbed's
 ``/metrics``. The plugin then reads driver, memory and vLLM's ``kv_cache_usage_perc``
-through PromQL. Skips with the reason when ``prometheus`` is not installed.
+through PromQL. Without ``prometheus`` the tests skip with the reason (and fail under
+``K3ACCEPT_LIVE_REQUIRED=1``); the starter is shared (``prometheus_server.py``).
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-import httpx
 import pytest
 
+import prometheus_server
+from prometheus_server import wait_until
 from pytest_k3accept.observe.host import gather
 from pytest_k3accept.observe.host.remote import MIB, Prometheus
-from pytest_k3accept.observe.server.launch import free_port
 from pytest_k3accept.observe.host.telemetry import GpuTelemetry
 
 pytestmark = pytest.mark.live
@@ -70,20 +68,6 @@ class DcgmExporter:
         self.httpd.server_close()
 
 
-def wait_until(what: str, probe: Callable[[], Any], timeout: float = 45.0) -> Any:
-    end = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < end:
-        try:
-            last = probe()
-            if last:
-                return last
-        except Exception as exc:  # not up yet
-            last = exc
-        time.sleep(0.25)
-    pytest.fail(f"{what} did not happen within {timeout:.0f} s (last: {last!r})")
-
-
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[DcgmExporter]:
     exp = DcgmExporter()
@@ -92,46 +76,13 @@ def exporter() -> Iterator[DcgmExporter]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-               exporter: DcgmExporter) -> Iterator[str]:
+def prometheus(tmp_path_factory: pytest.TempPathFactory, exporter: DcgmExporter,
+               testbed: Any) -> Iterator[str]:
     """A real Prometheus on loopback scraping the exporter and the vLLM testbed every 1 s."""
-    exe = shutil.which("prometheus")
-    if exe is None:
-        pytest.skip("prometheus is not installed (Debian: apt-get install -y prometheus); "
-                    "the real-Prometheus tests need it")
-    testbed = request.getfixturevalue("testbed")
     vllm = testbed.base_url.split("//", 1)[1]
-    tmp = tmp_path_factory.mktemp("prometheus")
-    config = tmp / "prometheus.yml"
-    config.write_text(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: dcgm
-    static_configs: [{{targets: ["{exporter.address}"]}}]
-  - job_name: vllm
-    static_configs: [{{targets: ["{vllm}"]}}]
-""")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen([exe, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until("Prometheus ready", lambda: httpx.get(f"{url}/-/ready").status_code == 200)
-        prom = Prometheus(url)
-        wait_until("first dcgm scrape", lambda: prom.query("DCGM_FI_DEV_FB_USED"))
-        wait_until("first vLLM scrape", lambda: prom.query("vllm:kv_cache_usage_perc"))
+    with prometheus_server.start(tmp_path_factory.mktemp("prometheus"),
+                                 {"dcgm": exporter.address, "vllm": vllm}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_driver_and_memory_through_promql(prometheus: str, exporter: DcgmExporter) -> None:
