@@ -33,12 +33,13 @@ import stub_server  # noqa: E402
 PROMPT = "Say something about load testing. " * 4
 
 
-def rss_bytes() -> int:
-    """This process's resident set size (Linux ``/proc/self/status``), 0 elsewhere."""
+def rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident set size (``VmHWM``: its peak) from Linux
+    ``/proc/self/status``, 0 elsewhere."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -75,16 +76,18 @@ async def soak(url: str, a: argparse.Namespace) -> dict[str, Any]:
         rss = rss_bytes()
         samples.append({"t": round(time.monotonic() - t0, 1), "done": p.done, "rss": rss})
         print(f"  {samples[-1]['t']:>7.1f} s  {p.done:>9,} requests  "
-              f"RSS {rss / 2**20:8.1f} MiB", flush=True)
+              f"RSS {rss / 2**20:8.1f} MiB  (peak so far {rss_bytes('VmHWM') / 2**20:.1f} "
+              "MiB)", flush=True)
 
     start_rss = rss_bytes()
     async with K3Client(url, stub_server.MODEL, timeout=60.0) as client:
         res = await run_load(client, req, prof, metrics=False, progress=progress,
                              progress_interval=a.interval)
-    end_rss = rss_bytes()
+    end_rss, peak_rss = rss_bytes(), rss_bytes("VmHWM")
     settled = [s for s in samples if s["t"] >= a.settle * a.soak_seconds]
     k = slope([(float(s["done"]), float(s["rss"])) for s in settled])
-    return {"start_rss": start_rss, "end_rss": end_rss, "samples": samples,
+    return {"start_rss": start_rss, "end_rss": end_rss, "peak_rss": peak_rss,
+            "samples": samples,
             "requests": res.summary["requests"], "ok": res.summary["ok"],
             "elapsed": res.elapsed, "stopped_by": res.stopped_by,
             "growth_per_1000": None if k is None else k * 1000,
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{out['itl_count'] or 0:,.0f} ITL gaps kept")
     print(f"RSS at start {out['start_rss'] / mib:.1f} MiB, at the last sample "
           f"{out['samples'][-1]['rss'] / mib if out['samples'] else 0:.1f} MiB, after the "
-          f"summary {out['end_rss'] / mib:.1f} MiB")
+          f"summary {out['end_rss'] / mib:.1f} MiB, peak (VmHWM) {out['peak_rss'] / mib:.1f} "
+          "MiB")
     print("growth per 1,000 requests (after the first "
           f"{a.settle:.0%}): {'unknown' if growth is None else f'{growth / 1024:.1f} KiB'}")
     if a.json:

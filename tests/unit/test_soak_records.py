@@ -115,3 +115,43 @@ def test_records_read_the_way_results_do() -> None:
     assert stats.is_good(k, ttft=1.0, tpot=0.6) and not stats.is_good(k, e2e=2.0)
     k.error = "annotated"  # stall.annotate rewrites a stalled request's message
     assert k.error == "annotated"
+
+
+VALUES = st.lists(st.one_of(st.floats(min_value=-1e300, max_value=1e300),
+                            st.floats(min_value=0.0, max_value=0.05),
+                            st.sampled_from([0.0, -0.0, 0.001, 0.001, math.nan, math.inf])),
+                  max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES, st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=4),
+       st.sampled_from([1, 2, 5, 65_536]))
+def test_percentiles_selected_without_sorting_are_the_sorted_ones(
+        values: list[float], percentiles: list[float], keep: int) -> None:
+    # a soak's pooled ITL (over stats.SELECT_ABOVE gaps) is never copied into a sorted list:
+    # the figures are the same floats as the sorted path's, however small the kept windows
+    from array import array
+
+    saved, stats._KEEP = stats._KEEP, keep
+    try:
+        assert stats._selected(array("d", values), percentiles) == stats.distribution(
+            values, percentiles)
+        data = sorted(v for v in values if v == v)
+        ranks = range(len(data))
+        assert stats.order_statistics(array("d", values), ranks) == dict(zip(ranks, data))
+    finally:
+        stats._KEEP = saved
+
+
+def test_a_soaks_pooled_itl_is_selected_not_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    rng = random.Random(7)
+    # concentrated gaps with rare long ones, as a stub or a real engine gives them
+    streams = [[rng.expovariate(5000.0) if rng.random() < 0.99 else rng.uniform(0.05, 2.0)
+                for _ in range(50)] for _ in range(400)]
+    kept = [RunRecord(True, ttft=0.1, itl=s, e2e=1.0) for s in streams]
+    exact = stats.summarize(kept, 1.0)["itl"]
+    monkeypatch.setattr(stats, "SELECT_ABOVE", 1000)  # 20,000 gaps: the counting path
+    monkeypatch.setattr(stats, "_KEEP", 100)  # windows refined, never more than 100 kept
+    assert stats.summarize(kept, 1.0)["itl"] == exact
