@@ -22,6 +22,7 @@ killed or crashed) fails as ``connection``. Whatever the server sends is untrust
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -176,8 +177,10 @@ class K3Client:
             raise
         except Exception as exc:  # noqa: BLE001 - a request never raises; it fails
             res.ok, res.error_kind = False, classify_exception(exc)
-            res.error = describe_exception(exc, res.error_kind, res, self.base_url + path,
-                                           self.timeout)
+            last = None if res.ttft is None else t0 + res.ttft + math.fsum(res.itl)
+            res.error = describe_exception(  # silence: since the last token (None: none)
+                exc, res.error_kind, res, self.base_url + path, self.timeout,
+                silence=None if last is None else time.perf_counter() - last)
 
     async def _full(self, path: str, body: dict[str, Any], res: RequestResult,
                     t0: float) -> None:

@@ -50,9 +50,14 @@ def classify_exception(exc: BaseException) -> str:
     return "protocol"
 
 
+#: a stream through a proxy cut after this long without a token: the proxy's idle timeout
+PROXY_IDLE_S = 1.0
+
+
 def describe_exception(exc: BaseException, kind: str, res: "RequestResult", url: str,
-                       timeout: float) -> str:
-    """A specific message: what happened to which request, what was received, what to do."""
+                       timeout: float, silence: float | None = None) -> str:
+    """A specific message: what happened to which request, what was received, what to do.
+    ``silence``: seconds since the stream's last token when it failed (None: no token)."""
     chain = _chain(exc)
     root = chain[-1]
     text = " ".join(str(root).split())
@@ -70,6 +75,13 @@ def describe_exception(exc: BaseException, kind: str, res: "RequestResult", url:
                 "stalled; raise --k3-timeout if generation is this slow"
                 + proxy_cut(res.proxy))
     if kind == "connection":
+        if res.proxy and res.status == 200 and silence is not None and silence >= PROXY_IDLE_S:
+            return (f"the proxy {res.proxy} in front of {url} cut the stream{got}, "
+                    f"{silence:.1f} s after its last token ({detail}), not vLLM: a proxy ends "
+                    "a stream that sends nothing for its read timeout (nginx: "
+                    "proxy_read_timeout, default 60 s); the server behind it stopped sending "
+                    "(a stalled or frozen engine, a long pause): raise the proxy's timeout, "
+                    "or check the server")
         if res.status is None:
             return (f"cannot connect to {url}, or it closed the connection before answering "
                     f"({detail}): the server is down, restarting or not listening there")
