@@ -207,8 +207,8 @@ def test_poc_with_the_server_log_compares_parsers_with_the_preset(pytester: pyte
     assert args["tool_call_parser"] == "hermes" and args["max_model_len"] == 2048
     assert rec["verdict"]["name"] == "functional-only"
     result, rec = run_suite(pytester, "poc", *log)  # the default preset: kimi-k3
-    result.stdout.fnmatch_lines(["*--tool-call-parser is 'hermes'; the preset 'kimi-k3' "
-                                 "expects 'kimi_k3'*"])
+    result.stdout.fnmatch_lines(["*--tool-call-parser is 'hermes'; the preset 'kimi-k3 + recipe "
+                                 "Kimi-K3 2026-08-15 b300/single_node_tp' expects 'kimi_k3'*"])
     assert statuses(rec)["S2"] == "fail"
     assert "no parsed tool call" in result.stdout.str()  # required by kimi-k3
 
@@ -279,9 +279,12 @@ def test_agent_with_its_request_set_ends_keep(pytester: pytest.Pytester, testbed
     ''')
     result, rec = run_suite(pytester, "agent", "--k3-endpoint", testbed.base_url,
                             "--k3-preset", "testbed", "--k3-profile", str(profile))
-    result.assert_outcomes(passed=5, skipped=1)
+    result.assert_outcomes(passed=6, skipped=1)
     st = statuses(rec)
     assert (st["C6"], st["C7"], st["C9"], st["C11"]) == ("pass",) * 4
+    cache = [e for e in rec["evidence"] if e["kind"] == "cache-expectations"][0]["data"]
+    assert [(x["label"], x["status"], x["live"]) for x in cache["expectations"]] == [
+        ("enable_prefix_caching", "pass", "True")]  # the testbed preset: prefix caching on
     assert st["C8"] == "skip"  # the A/B needs a second endpoint or --k3-launch
     assert "no cache-off side" in skip_reasons(result)
     assert rec["verdict"]["name"] == "keep"

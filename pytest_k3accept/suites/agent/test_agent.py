@@ -11,6 +11,7 @@ reduced values come from the profile (``[procedure]``); step 5 needs ``--k3-laun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,6 +99,31 @@ def test_2_prefix_caching_enabled(request: pytest.FixtureRequest, k3_metrics: An
         assert k3_server_args.get("enable_prefix_caching") is True, (
             f"the preset {k3_preset.name!r} wants --enable-prefix-caching given explicitly "
             "(it is on by default only for some models and releases)")
+
+
+@pytest.mark.k3_check("C9")
+def test_2_cache_config_as_expected(request: pytest.FixtureRequest, k3_metrics: Any,
+                                    k3_preset: Any) -> None:
+    """2a. The live cache config (``vllm:cache_config_info``) is what the recipe and preset
+    expect: prefix caching on, ``mamba_cache_mode`` (``align`` for K3's KDA layers), the
+    recipe's ``--prefix-match-unit``, block size and KV-cache dtype; each message names the
+    expected value, who expects it and the live value. A label the server does not export is
+    unknown (not a pass)."""
+    from pytest_k3accept.checks.prefix_ab.expect import FAIL, UNKNOWN, check, summary
+
+    recipe = getattr(k3_preset, "recipe", None)
+    results = check(k3_preset.server, k3_metrics.scrape().cache_config(), preset=k3_preset.name,
+                    recipe=Path(recipe.file).name if recipe is not None else None)
+    if not results:
+        unavailable(request.config, k3_preset.absent("cache expectation"))
+    state_of(request.config).add("cache-expectations", summary(results),
+                                 {"expectations": [r.as_dict() for r in results]},
+                                 nodeid=request.node.nodeid)
+    failed = [r.message for r in results if r.status == FAIL]
+    assert not failed, "the live cache config is not what is expected:\n" + "\n".join(failed)
+    unknown = [r.message for r in results if r.status == UNKNOWN]
+    if unknown:
+        unavailable(request.config, "; ".join(unknown))
 
 
 @pytest.mark.k3_check("C9")
