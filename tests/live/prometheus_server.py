@@ -51,7 +51,11 @@ def last_scrape(url: str, job: str) -> float:
     """When Prometheus last scraped ``job`` (Unix seconds; 0.0 before the first scrape)."""
     from pytest_k3accept.observe.host.remote import Prometheus
 
-    found = Prometheus(url).query(f'timestamp(up{{job="{job}"}})')
+    prom = Prometheus(url)
+    try:
+        found = prom.query(f'timestamp(up{{job="{job}"}})')
+    finally:
+        prom.close()
     return min((value for _, _, value in found), default=0.0)
 
 
@@ -92,6 +96,7 @@ def start(tmp: Path, targets: Mapping[str, str], timeout: float = 45.0) -> Itera
                 wait_until(f"a first successful scrape of {job}",
                            lambda: any(v == 1.0 for _, _, v in prom.query(f'up{{job="{job}"}}')),
                            timeout)
+            prom.close()
             yield url
         finally:
             proc.terminate()
