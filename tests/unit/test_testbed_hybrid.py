@@ -20,7 +20,7 @@ def test_variant_word_is_the_plugins_the_rest_goes_to_vllm() -> None:
 
 
 @pytest.mark.parametrize("words, needle", [
-    (("--variant",), "give a model variant (tiny, head16, huge, hybrid)"),
+    (("--variant",), "give a model variant (tiny, head16, huge, hybrid, long)"),
     (("--variant", "kimi"), "--variant 'kimi': no such testbed model; choose one of tiny, head16, "
                             "huge, hybrid"),
 ])
