@@ -11,14 +11,27 @@ file, its date and the profile) or None (unknown: never a pass).
 
 An argument missing from the non-default line runs at vLLM's default. Where that default is
 known (:data:`VLLM_DEFAULTS`, read from vLLM 0.32's ``EngineArgs``) it is compared; otherwise
-the check is unknown. Pure: no pytest, no network.
+the check is unknown.
+
+A ``pd_cluster`` profile has two pools (prefill: TEP; decode: DEP with prefix caching off),
+and one server is one of them. :func:`check_profile` judges the pool the server is: the one
+chosen with ``--k3-strategy pd_cluster:<pool>``, else the one its ``--kv-transfer-config``
+names (:func:`pool_of`: ``kv_role`` ``kv_producer`` = prefill, ``kv_consumer`` = decode, read
+from the non-default args line or the launch command). ``kv_both`` (NixlConnector's usual on
+both pools) or no KV transfer config does not say: then only the arguments both pools share
+are compared and the pool's own (layout, prefix caching, its arguments and variables) are one
+unknown check naming why, never a pass. Pure: no pytest, no network.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from ..config.recipe import Profile
 
 #: vLLM's defaults for arguments a recipe commonly sets (vLLM 0.32 ``EngineArgs`` and the
 #: configs it reads them from); an argument at its default is absent from the
@@ -156,6 +169,95 @@ def check_env(env: Mapping[str, str], live: Mapping[str, str] | None, *,
                                 f"{name}={live[name]!r} as the recipe says" if ok else
                                 f"{name}={live[name]!r} on the launch command, the recipe "
                                 f"{where} sets {want!r}"))
+    return out
+
+
+#: ``--kv-transfer-config`` ``kv_role`` -> the pd_cluster pool it makes a server
+POOL_OF_KV_ROLE = {"kv_producer": "prefill", "kv_consumer": "decode"}
+_KV_ROLE = re.compile(r"""kv_role['"]?\s*[:=]\s*['"]?(\w+)""")
+
+
+def pool_of(kv_transfer: Any) -> tuple[str | None, str]:
+    """The pool a server is from its KV transfer config: a mapping, the flag's JSON, or the
+    ``KVTransferConfig(...)`` repr of vLLM's non-default args line (any text holding
+    ``kv_role``). Returns (pool, how) or (None, why not)."""
+    if kv_transfer is None:
+        return None, "the server shows no --kv-transfer-config"
+    if isinstance(kv_transfer, Mapping):
+        role = kv_transfer.get("kv_role")
+    else:
+        m = _KV_ROLE.search(str(kv_transfer))
+        role = m.group(1) if m else None
+    if role is None:
+        return None, "its --kv-transfer-config names no kv_role"
+    pool = POOL_OF_KV_ROLE.get(str(role))
+    if pool is None:
+        return None, (f"its --kv-transfer-config kv_role is {role!r}, which does not say the "
+                      "pool (kv_producer = prefill, kv_consumer = decode)")
+    return pool, f"kv_role {role!r} of its --kv-transfer-config"
+
+
+def profile_keys(profile: "Profile") -> tuple[str, ...]:
+    """The argument keys to read from the server: the profile's, its pools' and what
+    identifies a pool (``kv_transfer_config``) or its layout."""
+    keys = dict.fromkeys([*dict(profile.args), *(k for r in profile.roles for k in dict(r.args))])
+    if profile.roles:
+        keys.update(dict.fromkeys(("kv_transfer_config", "enable_expert_parallel",
+                                   "tensor_parallel_size", "data_parallel_size",
+                                   "enable_prefix_caching")))
+    return tuple(keys)
+
+
+def check_profile(profile: "Profile", live: Mapping[str, Any] | None,
+                  live_env: Mapping[str, str] | None, *, source: str, where: str,
+                  kv_transfer: Any = None) -> list[ArgCheck]:
+    """The profile's arguments and environment against the server (:func:`check_args`,
+    :func:`check_env`); for a ``pd_cluster`` profile, those of the pool the server is
+    (``profile.pool``, else :func:`pool_of` ``kv_transfer``, else the live
+    ``kv_transfer_config``), with its data-parallel floor (DEP)."""
+    if not profile.roles:
+        return [*check_args(dict(profile.args), live, source=source, where=where),
+                *check_env(dict(profile.env), live_env, where=where)]
+    role = profile.role(profile.pool)
+    how = "--k3-strategy " + profile.label().split("/", 1)[1]
+    if role is None:
+        given = kv_transfer if kv_transfer is not None else (live or {}).get(
+            "kv_transfer_config")
+        name, how = pool_of(given)
+        role = profile.role(name)
+    if role is None:
+        shared = {k: v for k, v in profile.args
+                  if all(dict(r.args).get(k, _UNKNOWN) == v for r in profile.roles)}
+        env = {k: v for k, v in profile.env.items()
+               if all(r.env.get(k) == v for r in profile.roles)}
+        pools = "; ".join(
+            f"{r.name}: {r.parallelism} TP{r.tensor_parallel_size}"
+            + (f" DP{r.data_parallel_size}" if r.data_parallel_size else "")
+            + (", prefix caching off" if r.prefix_caching is False else "")
+            for r in profile.roles)
+        return [*check_args(shared, live, source=source, where=where),
+                *check_env(env, live_env, where=where),
+                ArgCheck("pd_cluster_pool", [r.name for r in profile.roles], None, None,
+                         f"pd_cluster pool: unknown: which pool this server is cannot be told "
+                         f"({how}), so the pool's own layout, prefix caching, arguments and "
+                         f"variables ({pools}) are not checked; recipe {where}. Choose it "
+                         f"with --k3-strategy pd_cluster:prefill or pd_cluster:decode")]
+    at = f"{where}, {role.name} pool ({how})"
+    out = [*check_args(dict(role.args), live, source=source, where=at),
+           *check_env(dict(role.env), live_env, where=at)]
+    floor = role.data_parallel_size
+    if floor:
+        got = (live or {}).get("data_parallel_size", VLLM_DEFAULTS["data_parallel_size"]
+                               if live is not None else None)
+        size = _norm(got)
+        ok = None if got is None or not isinstance(size, float) else size >= floor
+        out.append(ArgCheck(
+            "data_parallel_size", floor, got, ok,
+            f"--data-parallel-size: unknown: the server's arguments are not known (recipe "
+            f"{at}: DEP over {role.min_gpus} GPUs, at least {floor})" if ok is None else
+            f"--data-parallel-size: {got} as the recipe's DEP needs (at least {floor})" if ok
+            else f"--data-parallel-size: the server runs {got}, the recipe {at} runs DEP over "
+                 f"{role.min_gpus} GPUs: at least {floor}"))
     return out
 
 

@@ -86,6 +86,8 @@ KNOWN_KEYS = ("meta", "model", "features", "opt_in_features", "hardware_opt_in_f
               "strategy_min_gpus", "hardware_overrides", "strategy_overrides", "guide",
               "dependencies", "kv_offload_support", "omni", "hardware_notes")
 READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+#: the recipe copies kept in the package (the shipped presets' ``[recipe] file``)
+PACKAGED = Path(__file__).resolve().parents[1] / "data" / "recipes"
 INTERCONNECT_WORDS = {"rdma": "rdma", "nvlink": "nvlink", "infiniband": "rdma"}
 
 Args = tuple[tuple[str, "str | bool"], ...]
@@ -108,9 +110,18 @@ class Recipe:
     data: Mapping[str, Any] = field(repr=False, default_factory=dict)
     unknown_keys: tuple[str, ...] = ()
 
+    @property
+    def packaged(self) -> bool:
+        """True for a copy kept in the package (``pytest_k3accept/data/recipes``)."""
+        return Path(self.path).resolve().parent == PACKAGED
+
     def identity(self) -> dict[str, Any]:
-        """File, model, ``date_updated`` and hash: what a record keeps of the recipe."""
-        return {"file": self.path, "title": self.title, "model_id": self.model_id,
+        """File, model, ``date_updated`` and hash: what a record keeps of the recipe (a
+        packaged copy by its place in the package, the same wherever the plugin is
+        installed, so two sessions on one recipe never differ by an install path)."""
+        file = (f"pytest_k3accept/data/recipes/{Path(self.path).name}" if self.packaged
+                else self.path)
+        return {"file": file, "title": self.title, "model_id": self.model_id,
                 "date_updated": self.date_updated, "sha256": self.sha256}
 
     def where(self) -> str:
@@ -144,7 +155,21 @@ class Role:
 
     @property
     def prefix_caching(self) -> bool | None:
+        """``--enable-prefix-caching`` (True), ``--no-enable-prefix-caching`` (False) or
+        neither (None: vLLM's default)."""
         return _flag(self.args, "--enable-prefix-caching")
+
+    @property
+    def expert_parallel(self) -> bool | None:
+        """Expert parallelism of the pool's layout (TEP, DEP: on; None: no layout named)."""
+        return self.parallelism in ("tep", "dep") if self.parallelism else None
+
+    @property
+    def data_parallel_size(self) -> int | None:
+        """The data-parallel size of a DEP pool: its GPU floor over its TP (None otherwise)."""
+        if self.parallelism != "dep" or not self.min_gpus:
+            return None
+        return max(1, self.min_gpus // (self.tensor_parallel_size or 1))
 
 
 @dataclass(frozen=True)
@@ -180,13 +205,21 @@ class Profile:
     engine_ready_timeout: float | None
     roles: tuple[Role, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the ``pd_cluster`` pool the server under test is, when chosen with
+    #: ``--k3-strategy pd_cluster:<pool>`` (None: from its ``kv_role``, else unknown)
+    pool: str | None = None
+
+    def role(self, name: str | None) -> Role | None:
+        """The pool (prefill / decode) of that name, or None."""
+        return next((r for r in self.roles if r.name == name), None)
 
     def arg(self, flag: str) -> str | bool | None:
         """The value of one composed argument (None when the recipe does not give it)."""
         return dict(self.args).get(_key(flag)[0])
 
     def label(self) -> str:
-        return f"{self.hardware}/{self.strategy}"
+        """``h200/single_node_tp`` (``b300/pd_cluster:decode`` with a chosen pool)."""
+        return f"{self.hardware}/{self.strategy}" + (f":{self.pool}" if self.pool else "")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain, JSON-serializable values (evidence and the record)."""
@@ -261,9 +294,11 @@ def load_recipe(path: str | Path) -> Recipe:
 def select(recipe: Recipe, hardware: str | None = None, strategy: str | None = None) -> Profile:
     """The recipe's profile for ``hardware`` and ``strategy`` (defaults: the recipe's
     ``meta.default_hardware`` and ``default_strategy``; without ``default_strategy``, the
-    recipes site's rule: ``single_node_tp`` when the recipe offers it). Unknown or unsupported
+    recipes site's rule: ``single_node_tp`` when the recipe offers it). ``pd_cluster:decode``
+    (or ``:prefill``) also says which pool the server under test is. Unknown or unsupported
     names raise :class:`RecipeError` listing the valid ones."""
     hw = _pick(recipe, hardware, recipe.default_hardware, tuple(recipe.hardware), "hardware")
+    strategy, _, pool = (strategy or "").partition(":")
     offered = recipe.strategies_on(hw)
     st = _pick(recipe, strategy, recipe.default_strategy or (
         "single_node_tp" if "single_node_tp" in offered else None), recipe.strategies,
@@ -272,7 +307,14 @@ def select(recipe: Recipe, hardware: str | None = None, strategy: str | None = N
         raise RecipeError(f"{recipe.where()}: --k3-strategy {st!r} is not supported on {hw} "
                           f"(strategy_hardware); on {hw} the recipe offers: "
                           f"{', '.join(offered) or 'none'}")
-    return _compose(recipe, hw, st)
+    profile = _compose(recipe, hw, st)
+    pool = pool.strip()
+    if pool and not profile.role(pool):
+        pools = ", ".join(f"{st}:{r.name}" for r in profile.roles)
+        raise RecipeError(f"{recipe.where()}: --k3-strategy {st}:{pool}: "
+                          + (f"the profile has no pool {pool!r}; it has: {pools}" if pools else
+                             f"{st} has no pools (only pd_cluster's prefill and decode)"))
+    return dataclasses.replace(profile, pool=pool) if pool else profile
 
 
 def _pick(recipe: Recipe, given: str | None, default: str | None, known: Sequence[str],
@@ -631,4 +673,4 @@ def _float(value: Any) -> float | None:
 
 
 __all__ = ["Recipe", "RecipeError", "Profile", "Role", "load_recipe", "select", "HARDWARE",
-           "STRATEGIES", "KNOWN_KEYS"]
+           "STRATEGIES", "KNOWN_KEYS", "PACKAGED"]

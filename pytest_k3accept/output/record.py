@@ -158,11 +158,11 @@ def _recipe(state: Any) -> dict[str, Any]:
     ev = state.latest("recipe")
     ident = ev.data.get("recipe") if ev is not None else None
     if not isinstance(ident, Mapping):
-        return rp.unknown("no --k3-recipe in this session (the expectations came from the "
-                          "preset alone)")
+        return rp.unknown("no recipe in this session: no --k3-recipe, and the preset names "
+                          "none in [recipe] (the expectations came from the preset alone)")
     value = {k: ident.get(k) for k in ("file", "title", "date_updated", "sha256")}
     value.update(hardware=ev.data.get("hardware"), strategy=ev.data.get("strategy"))
-    return rp.known(value, "--k3-recipe (evidence recipe)")
+    return rp.known(value, f"{ev.data.get('origin') or '--k3-recipe'} (evidence recipe)")
 
 
 def _cache_hit(state: Any, flags: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -207,8 +207,8 @@ def test_poc_with_the_server_log_compares_parsers_with_the_preset(pytester: pyte
     assert args["tool_call_parser"] == "hermes" and args["max_model_len"] == 2048
     assert rec["verdict"]["name"] == "functional-only"
     result, rec = run_suite(pytester, "poc", *log)  # the default preset: kimi-k3
-    result.stdout.fnmatch_lines(["*--tool-call-parser is 'hermes'; the preset 'kimi-k3' "
-                                 "expects 'kimi_k3'*"])
+    result.stdout.fnmatch_lines(["*--tool-call-parser is 'hermes'; the preset 'kimi-k3 + recipe "
+                                 "Kimi-K3 2026-08-15 b300/single_node_tp' expects 'kimi_k3'*"])
     assert statuses(rec)["S2"] == "fail"
     assert "no parsed tool call" in result.stdout.str()  # required by kimi-k3
 

@@ -20,15 +20,16 @@ LOG_LINE = ("(APIServer pid=32384) INFO 11-30 00:19:05 [api_utils.py:286] non-de
 
 def test_shipped_presets_hold_the_recipe_and_the_testbed() -> None:
     assert {"kimi-k3", "testbed"} <= set(shipped())
-    k3 = load_preset("kimi-k3")
+    k3 = load_preset("kimi-k3")  # the packaged recipe's default profile: b300/single_node_tp
     env, srv = k3.environment, k3.server
-    assert (env.driver_min, env.cuda_major, env.gpus, env.interconnect) == ("580", 13, 8,
-                                                                          "nvlink")
-    assert srv.enable_expert_parallel and srv.min_data_parallel_size == 8
+    assert (env.driver_min, env.cuda_major, env.gpus, env.interconnect) == ("580", 13, 8, None)
+    assert (srv.enable_expert_parallel, srv.min_tensor_parallel_size,
+            srv.min_data_parallel_size) == (False, 8, None)
     assert (srv.tool_call_parser, srv.reasoning_parser) == ("kimi_k3", "kimi_k3")
     assert srv.prefix_caching == "explicit" and srv.min_prefix_cache_hit_rate > 0
     assert srv.require_parsed_tool_call and srv.max_model_len == 1048576
-    assert "deepep_low_latency" in srv.all2all_backends["rdma"]
+    assert srv.all2all_backends == {"rdma": ("deepep_v2",),
+                                    "nvlink": ("flashinfer_nvlink_one_sided",)}
     assert k3.targets.context_tokens > k3.targets.prefix_tokens > 0
     assert Path(k3.suites.agent_request_set or "").is_file()
     tb = load_preset("testbed")
@@ -107,7 +108,8 @@ def test_layout_and_all_to_all_against_the_preset() -> None:
                                        min_dp=8, min_tp=None)
     allowed = load_preset("kimi-k3").server.all2all_backends
     one_nvlink = {"a": {"nvlink": True, "rdma": False}}
-    assert support.all2all_problem("deepep_low_latency", one_nvlink, allowed)[0] is True
+    assert support.all2all_problem("flashinfer_nvlink_one_sided", one_nvlink, allowed)[0] is True
+    assert support.all2all_problem("deepep_low_latency", one_nvlink, allowed)[0] is False
     two = {"a": {"nvlink": True, "rdma": True}, "b": {"nvlink": True, "rdma": True}}
     ok, words = support.all2all_problem("allgather_reducescatter", two, allowed)
     assert ok is False and "over rdma: does not fit" in words

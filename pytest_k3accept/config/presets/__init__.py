@@ -4,7 +4,8 @@ A preset names the environment (host driver, image CUDA runtime, GPU topology), 
 configuration (parallel layout, prefix caching, tool-call and reasoning parsers), the target
 load defaults and the per-suite values. The suites read every expectation from it; a team
 serving another model writes its own file and passes ``--k3-preset PATH``. Shipped presets:
-``kimi-k3`` (the default: Kimi K3's official vLLM recipe) and ``testbed`` (the embedded CPU
+``kimi-k3`` (the default: its deployment expectations derived from the copy of Kimi K3's
+official vLLM recipe kept in the package, ``[recipe]``) and ``testbed`` (the embedded CPU
 testbed: no GPU, so the GPU expectations are absent and those checks skip with the reason).
 
 An expectation that is absent from a preset is *not checked*, and the check says so (with the
@@ -18,9 +19,10 @@ from pathlib import Path
 
 from ...checks.slo import SLOError, suggest
 from ._fields import from_mapping
+from ..recipe import Profile
 from .derive import preset_from_recipe
 from .model import (DEFAULT, HERE, INTERCONNECTS, PREFIX_MODES, Environment, Preset, PresetError,
-                    Server, Suites, Targets)
+                    RecipeRef, Server, Suites, Targets)
 
 
 def shipped() -> dict[str, Path]:
@@ -47,9 +49,9 @@ def resolve(name_or_path: str | Path) -> Path:
                       f"{hint}; shipped presets: {', '.join(known)}")
 
 
-def load_preset(name_or_path: str | Path) -> Preset:
-    """Read a preset by shipped name (``"kimi-k3"``, ``"testbed"``) or file path (TOML or
-    JSON). Raises :class:`PresetError` naming the file and the field for any bad value."""
+def read_preset(name_or_path: str | Path) -> Preset:
+    """The preset file as written (its ``[recipe]`` not applied). Raises
+    :class:`PresetError` naming the file and the field for any bad value."""
     from ..tables import TableError, read
 
     path = resolve(name_or_path)
@@ -60,7 +62,54 @@ def load_preset(name_or_path: str | Path) -> Preset:
     return from_mapping(data, path)
 
 
+def preset_profile(base: Preset, recipe: str | Path | None = None,
+                   hardware: str | None = None, strategy: str | None = None,
+                   ) -> Profile | None:
+    """The recipe profile a preset's deployment expectations come from: ``recipe`` (the
+    ``--k3-recipe`` file) else the preset's ``[recipe] file``; ``hardware`` / ``strategy``
+    else (for the preset's own recipe) its ``[recipe]`` names, else the recipe's defaults.
+    None when neither names a recipe. :class:`~pytest_k3accept.config.recipe.RecipeError`
+    for a bad recipe or name, :class:`PresetError` for a hardware or strategy without one."""
+    from ..recipe import RecipeError, load_recipe, select
 
-__all__ = ["Preset", "PresetError", "Environment", "Server", "Targets", "Suites",
-           "load_preset", "resolve", "shipped", "from_mapping", "preset_from_recipe", "DEFAULT", "HERE",
+    ref = base.recipe
+    if recipe is None and ref is None:
+        if hardware or strategy:
+            raise PresetError(f"--k3-hardware / --k3-strategy choose a profile of the official "
+                              f"recipe, but no recipe was given: pass --k3-recipe FILE (the "
+                              f"preset {base.name!r} ({base.source}) names none in [recipe])")
+        return None
+    if recipe is not None:
+        return select(load_recipe(recipe), hardware, strategy)
+    assert ref is not None
+    try:
+        return select(load_recipe(ref.file), hardware or ref.hardware,
+                      strategy or ref.strategy)
+    except RecipeError as exc:
+        raise RecipeError(f"preset {base.name!r} ({base.source}) [recipe]: {exc}") from None
+
+
+def load_with_recipe(name_or_path: str | Path, recipe: str | Path | None = None,
+                     hardware: str | None = None, strategy: str | None = None,
+                     ) -> tuple[Preset, Profile | None]:
+    """The preset with its recipe profile applied (:func:`preset_profile`,
+    :func:`preset_from_recipe`), and that profile (None: the preset names no recipe and none
+    was given)."""
+    base = read_preset(name_or_path)
+    profile = preset_profile(base, recipe, hardware, strategy)
+    return (base if profile is None else preset_from_recipe(base, profile)), profile
+
+
+def load_preset(name_or_path: str | Path, recipe: str | Path | None = None,
+                hardware: str | None = None, strategy: str | None = None) -> Preset:
+    """Read a preset by shipped name (``"kimi-k3"``, ``"testbed"``) or file path (TOML or
+    JSON), with the deployment expectations of its recipe profile (``[recipe]``, or
+    ``recipe`` / ``hardware`` / ``strategy`` as given: :func:`preset_profile`). Raises
+    :class:`PresetError` naming the file and the field for any bad value."""
+    return load_with_recipe(name_or_path, recipe, hardware, strategy)[0]
+
+
+__all__ = ["Preset", "PresetError", "Environment", "Server", "Targets", "Suites", "RecipeRef",
+           "load_preset", "load_with_recipe", "read_preset", "preset_profile", "resolve",
+           "shipped", "from_mapping", "preset_from_recipe", "DEFAULT", "HERE",
            "INTERCONNECTS", "PREFIX_MODES", "SLOError"]

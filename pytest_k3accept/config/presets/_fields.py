@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ...checks.slo import SLO, SLOError, suggest
-from .model import (INTERCONNECTS, PREFIX_MODES, Environment, Preset, PresetError, Server, Suites,
-                    Targets)
+from .model import (INTERCONNECTS, PREFIX_MODES, Environment, Preset, PresetError, RecipeRef,
+                    Server, Suites, Targets)
 
 Check = Callable[[Any], Any]
 
@@ -89,8 +89,8 @@ SECTIONS: dict[str, tuple[type, dict[str, Check]]] = {
         "all2all_backends": _backends, "prefix_caching": _choice(PREFIX_MODES),
         "min_prefix_cache_hit_rate": _number(0.0, 1.0), "tool_call_parser": _text,
         "reasoning_parser": _text, "require_parsed_tool_call": _bool,
-        "parsed_tool_call_reason": _text, "kv_cache_bytes": _int(1),
-        "mamba_cache_mode": _text}),
+        "parsed_tool_call_reason": _text, "kv_cache_bytes": _int(1), "kv_cache_dtype": _text,
+        "block_size": _int(1), "prefix_match_unit": _int(1), "mamba_cache_mode": _text}),
     "targets": (Targets, {
         "context_tokens": _int(1), "concurrency": _int(1), "output_tokens": _int(1),
         "prefix_tokens": _int(0), "prefix_reuse": _number(0.0, 1.0), "requests": _int(1),
@@ -109,7 +109,10 @@ SUITE_FIELDS: dict[tuple[str, str], tuple[str, Check]] = {
     ("production", "drain_timeout"): ("drain_timeout", _number(0.0, open_low=True)),
     ("production", "restart_requests"): ("restart_requests", _int(1)),
 }
-TOP = ("name", "description", "slo", *SECTIONS, "poc", "platform", "agent", "production")
+#: ``[recipe]``: the official recipe the deployment expectations come from
+RECIPE_FIELDS: dict[str, Check] = {"file": _text, "hardware": _text, "strategy": _text}
+TOP = ("name", "description", "recipe", "slo", *SECTIONS, "poc", "platform", "agent",
+       "production")
 
 
 def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -174,4 +177,19 @@ def from_mapping(data: Mapping[str, Any], source: str | Path = "preset") -> Pres
                           f"than server.max_model_len ({server.max_model_len})")
     return Preset(name=name.strip(), description=desc.strip(), source=where,
                   environment=parts["environment"], server=server, targets=targets,
-                  suites=suites, slo=slo)
+                  suites=suites, slo=slo, recipe=_recipe(data, where))
+
+
+def _recipe(data: Mapping[str, Any], where: str) -> RecipeRef | None:
+    """``[recipe]`` (its ``file`` resolved against the preset file), or None."""
+    if "recipe" not in data:
+        return None
+    values = _fields(_table(data, "recipe", where), RECIPE_FIELDS, "recipe", where)
+    if "file" not in values:
+        raise PresetError(f"{where}: recipe.file: missing; the [recipe] table names the "
+                          "official recipe YAML (relative to the preset file)")
+    path = Path(values["file"]).expanduser()
+    if not path.is_absolute():
+        path = (Path(where).parent / path).resolve()
+    return RecipeRef(file=str(path), hardware=values.get("hardware"),
+                     strategy=values.get("strategy"))

@@ -53,9 +53,28 @@ class Server:
     #: embedded testbed with; None: the testbed's default (1 GiB). Read by nothing else: a
     #: real deployment's cache is what its own launch command sizes.
     kv_cache_bytes: int | None = None
+    #: the live KV cache's shape as the deployment must run it (``vllm:cache_config_info``:
+    #: ``cache_dtype``, ``block_size``, ``prefix_match_unit``); None: not checked. A recipe
+    #: fills them where its profile passes ``--kv-cache-dtype`` / ``--block-size`` /
+    #: ``--prefix-match-unit`` (Kimi K3 on Blackwell: ``kv_cache_dtype = "fp8"``)
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    prefix_match_unit: int | None = None
     #: ``mamba_cache_mode`` a hybrid model (KDA / linear-attention layers with recurrent state)
     #: must serve with (``cache_config_info``; ``"align"`` with prefix caching); None: not checked
     mamba_cache_mode: str | None = None
+
+
+@dataclass(frozen=True)
+class RecipeRef:
+    """``[recipe]``: the official recipe the preset's deployment expectations come from
+    (``file`` relative to the preset file; ``hardware`` / ``strategy`` as the recipe names
+    them, None: the recipe's ``default_hardware`` / ``default_strategy``). ``--k3-recipe``,
+    ``--k3-hardware`` and ``--k3-strategy`` choose another."""
+
+    file: str
+    hardware: str | None = None
+    strategy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,7 @@ class Preset:
     targets: Targets = field(default_factory=Targets)
     suites: Suites = field(default_factory=Suites)
     slo: SLO = field(default_factory=SLO)
+    recipe: RecipeRef | None = None
 
     def absent(self, what: str) -> str:
         """The skip reason of a check whose expectation this preset does not set."""

@@ -107,30 +107,35 @@ def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
     line (else the launch command), each environment variable from the launch command.
     A different value fails naming the recipe value, the live one and the recipe (file, date,
     profile); an argument or variable the server does not show is unknown, never a pass."""
-    from pytest_k3accept.checks.recipe_args import COMMAND, LOG, check_args, check_env, summary
+    from pytest_k3accept.checks.recipe_args import (COMMAND, LOG, check_profile, profile_keys,
+                                                    summary)
     from pytest_k3accept.output.reproduction import split_command
     from pytest_k3accept.suites.support import command_args, server_args
 
     if k3_recipe is None:
-        pytest.skip("not checked: no --k3-recipe (the official recipe's profile gives the "
-                    "arguments and environment to compare)")
-    args, env = dict(k3_recipe.args), dict(k3_recipe.env)
+        pytest.skip("not checked: no recipe (no --k3-recipe, and the preset names none in "
+                    "[recipe]): the official recipe's profile gives the arguments and "
+                    "environment to compare")
+    keys = profile_keys(k3_recipe)
     ident = k3_recipe.recipe.identity()
     where = (f"{ident.get('file')} ({ident.get('date_updated') or 'undated'}, "
              f"{k3_recipe.label()})")
     live_args: dict[str, Any] | None = None
     live_env: dict[str, str] | None = None
+    kv_transfer = None
     source = LOG
     if k3_server_args.known:
-        with open(k3_server_args.source, encoding="utf-8", errors="replace") as lines:
-            live_args = server_args(lines, keys=tuple(args))
+        with open(k3_server_args.source, encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f if "non-default args:" in line]
+        live_args = server_args(lines, keys=keys)
+        kv_transfer = lines[-1] if live_args is not None and "kv_role" in lines[-1] else None
     launch = settings_of(request.config).launch
     if launch and launch.split()[:1] != ["testbed"]:
-        from_cmd, live_env = command_args(split_command(launch), tuple(args))
+        from_cmd, live_env = command_args(split_command(launch), keys)
         if live_args is None:
             live_args, source = from_cmd, COMMAND
-    checks = check_args(args, live_args, source=source, where=where)
-    checks += check_env(env, live_env, where=where)
+    checks = check_profile(k3_recipe, live_args, live_env, source=source, where=where,
+                           kv_transfer=kv_transfer)
     failed, unknown = summary(checks)
     state_of(request.config).add(
         "recipe-args", f"recipe {where}: {len(checks) - len(failed) - len(unknown)} as the "
@@ -139,6 +144,9 @@ def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
          "checks": [c.as_dict() for c in checks]}, nodeid=request.node.nodeid)
     assert not failed, (f"the server differs from the recipe {where}: " + "; ".join(failed)
                         + (f" (unknown: {len(unknown)})" if unknown else ""))
+    pool = [c.message for c in checks if c.name == "pd_cluster_pool"]
+    if pool:
+        unavailable(request.config, pool[0])
     if unknown and len(unknown) == len(checks):
         unavailable(request.config, "recipe arguments not checked: " + unknown[0])
 
