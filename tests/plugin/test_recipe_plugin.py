@@ -252,3 +252,20 @@ def test_a_launch_that_never_gets_ready_names_the_bound(pytester: pytest.Pyteste
             "VLLM_ENGINE_READY_TIMEOUT_S 3600 s for h200/single_node_tp: a conforming server "
             "may still be initializing when the wait ends: server did not become ready within "
             "2.") in text
+
+
+def test_a_newer_recipe_is_read_with_its_unknown_keys_named(pytester: pytest.Pytester) -> None:
+    """A recipe newer than the plugin (a top-level key it does not know): the header names the
+    key as ignored, and the session goes on with what could be read."""
+    newer = pytester.path / "Newer.yaml"
+    newer.write_text(RECIPE.read_text() + "\nfuture_table:\n  x: 1\nrouter_profiles: []\n")
+    pytester.makepyfile(test_x='''
+def test_x(k3_preset, k3_recipe):
+    assert k3_recipe.recipe.unknown_keys == ("future_table", "router_profiles")
+    assert k3_preset.server.max_model_len == 32768
+''')
+    result = pytester.runpytest("--k3-recipe", str(newer), "--k3-hardware", "h200",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert ("k3accept recipe: keys this plugin does not understand (ignored): future_table, "
+            "router_profiles") in result.stdout.str()

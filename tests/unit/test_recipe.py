@@ -455,3 +455,39 @@ def test_another_models_recipe_on_the_kimi_k3_preset_says_what_it_lacks() -> Non
     assert preset.server.tool_call_parser == "kimi_k2"
     assert "Kimi-K2.6" in preset.name and preset.environment.driver_min is None
     assert str(K26) in preset.absent("host-driver expectation")
+
+
+KLINEAR = DATA / "Kimi-Linear-48B-A3B-Instruct.2026-04-17.yaml"  # commit c39a374
+
+
+def test_a_third_models_recipe_kimi_linear() -> None:
+    """Kimi-Linear (another model, another shape: no default hardware, no parsers, AMD with
+    --no-enable-prefix-caching) reads the same way; what it does not state is not checked."""
+    from pytest_k3accept.checks.recipe_args import COMMAND, check_profile, summary
+
+    recipe = load_recipe(KLINEAR)
+    assert (recipe.model_id, recipe.date_updated, recipe.unknown_keys) == (
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct", "2026-04-17", ())
+    with pytest.raises(RecipeError, match="names no default_hardware; choose one with "
+                                          "--k3-hardware: h200, mi300x, mi325x, mi355x"):
+        select(recipe)
+    h200 = select(recipe, "h200")
+    assert h200.label() == "h200/single_node_tp" and dict(h200.args) == {
+        "trust_remote_code": True, "tensor_parallel_size": "1"}  # 115 GB fit one 141 GB GPU
+    assert (h200.tool_call_parser, h200.reasoning_parser, h200.driver_min, h200.image,
+            h200.max_model_len, h200.prefix_caching) == (None,) * 6
+    amd = select(recipe, "mi300x")
+    assert amd.prefix_caching is False and amd.env == {"SAFETENSORS_FAST_GPU": "1"}
+    preset = preset_from_recipe(read_preset("kimi-k3"), h200)
+    assert preset.server.tool_call_parser is None and preset.server.max_model_len is None
+    assert "Kimi-Linear-48B-A3B-Instruct" in preset.name
+    # its own arguments on a launch command pass, one changed fails naming the recipe
+    live = {"trust_remote_code": True, "tensor_parallel_size": "1",
+            "enable_prefix_caching": False}
+    where = f"{KLINEAR.name} (2026-04-17, mi300x/single_node_tp)"
+    assert summary(check_profile(amd, live, {"SAFETENSORS_FAST_GPU": "1"}, source=COMMAND,
+                                 where=where)) == ([], [])
+    [failed], _ = summary(check_profile(amd, {**live, "enable_prefix_caching": True},
+                                        {"SAFETENSORS_FAST_GPU": "1"}, source=COMMAND,
+                                        where=where))
+    assert "--no-enable-prefix-caching: the server runs on" in failed and where in failed

@@ -100,6 +100,7 @@ def test_a_launch_command_gives_arguments_and_environment() -> None:
 @pytest.mark.parametrize("recipe, hardware, strategy", [
     ("Kimi-K3.2026-07-29.yaml", None, None),
     ("Kimi-K2.6.2026-07-29.yaml", "h200", None),
+    ("Kimi-Linear-48B-A3B-Instruct.2026-04-17.yaml", "mi355x", None),
 ])
 def test_other_recipes_check_the_same_way(recipe: str, hardware: str | None,
                                           strategy: str | None) -> None:
