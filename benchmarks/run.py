@@ -156,14 +156,9 @@ def main(argv: list[str] | None = None) -> int:
 
         phases = [(1, 16), (64, 128)] if a.quick else [(1, 40), (64, 256)]
         try:
+            log("\n## accuracy: the runner and raw aiohttp vs vLLM's own histograms (means "
+                "over the same requests, ms)")
             out["accuracy"] = acc = accuracy.run(phases, log)
-            log("\n## accuracy vs vLLM's own histograms (means over the same requests, ms)")
-            for p in acc["phases"]:
-                log(f"c={p['concurrency']:<4} n={p['ok']:<4} TTFT client {fmt(p['ttft_client_ms'], '.2f')}"
-                    f" server {fmt(p['ttft_server_ms'], '.2f')} added {fmt(p['ttft_added_ms'], '+.2f')}"
-                    f" | e2e client {fmt(p['e2e_client_ms'], '.2f')} server "
-                    f"{fmt(p['e2e_server_ms'], '.2f')} added {fmt(p['e2e_added_ms'], '+.2f')}"
-                    f" | client TTFT p99 {fmt(p['ttft_client_p99_ms'], '.2f')}")
             t = acc["telemetry"]
             log(f"telemetry ({t['kind']}, interval {t['interval_s']:g} s, {t['samples']} "
                 f"samples): {t['cpu_ms_per_s']:.1f} ms CPU per s ({t['cpu_ms_per_sample']:.2f} "
