@@ -261,6 +261,29 @@ def check_profile(profile: "Profile", live: Mapping[str, Any] | None,
     return out
 
 
+def check_hardware(profile: "Profile", gpu_names: list[str], *, where: str) -> list[ArgCheck]:
+    """The host's GPU model against the profile's hardware (the host facts' GPU names; none
+    known: no check, the topology test reports the facts). A profile of other hardware than
+    the host's fails, naming the ``--k3-hardware`` that fits."""
+    from ..config.recipe import HARDWARE, hardware_of
+
+    names = sorted(set(gpu_names))
+    seen = hardware_of(names, [*HARDWARE, *profile.recipe.hardware]) if names else None
+    if seen is None:
+        return []
+    shown = ", ".join(names)
+    if seen == profile.hardware:
+        return [ArgCheck("hardware", profile.hardware, seen, True,
+                         f"hardware: the host's GPUs ({shown}) are {seen}, as the profile")]
+    offered = ("" if seen in profile.recipe.hardware else
+               f" (the recipe has no {seen} profile; it has: "
+               f"{', '.join(profile.recipe.hardware)})")
+    return [ArgCheck("hardware", profile.hardware, seen, False,
+                     f"hardware: the host's GPUs are {shown} ({seen}), but the expectations "
+                     f"are the recipe {where}'s for {profile.hardware}: pass --k3-hardware "
+                     f"{seen}{offered}")]
+
+
 class _Unknown:
     def __repr__(self) -> str:
         return "<unknown>"

@@ -498,6 +498,20 @@ def _role(recipe: Recipe, st: str, variant: Mapping[str, Any], so: Mapping[str, 
                 args=args, env=_env(recipe, variant, so, name, hw, gen, brand))
 
 
+def hardware_of(gpu_names: Sequence[str], known: Sequence[str]) -> str | None:
+    """The hardware name (of ``known``) the GPUs' model names say: ``NVIDIA H200`` -> ``h200``,
+    ``NVIDIA GB200`` -> ``gb200`` (the longest name that is a word of it); None when the names
+    say none, or not one for all GPUs."""
+    found = set()
+    for gpu in gpu_names:
+        words = re.findall(r"[a-z0-9]+", gpu.lower())
+        hit = next((k for k in sorted(known, key=len, reverse=True) if k.lower() in words), None)
+        if hit is None:
+            return None
+        found.add(hit)
+    return found.pop() if len(found) == 1 else None
+
+
 # -- the recipe's prose: install notes and guide ----------------------------------------
 
 
@@ -673,4 +687,4 @@ def _float(value: Any) -> float | None:
 
 
 __all__ = ["Recipe", "RecipeError", "Profile", "Role", "load_recipe", "select", "HARDWARE",
-           "STRATEGIES", "KNOWN_KEYS", "PACKAGED"]
+           "STRATEGIES", "KNOWN_KEYS", "PACKAGED", "hardware_of"]

@@ -269,3 +269,20 @@ def test_x(k3_preset, k3_recipe):
     result.assert_outcomes(passed=1)
     assert ("k3accept recipe: keys this plugin does not understand (ignored): future_table, "
             "router_profiles") in result.stdout.str()
+
+
+def test_h200_host_facts_against_the_default_b300_profile(pytester: pytest.Pytester) -> None:
+    """The real H200 facts (docs/gpu-check/node.json) against the default kimi-k3 profile
+    (b300): S6 fails saying to pass --k3-hardware h200; with it, no hardware complaint."""
+    facts = Path(__file__).resolve().parents[2] / "docs" / "gpu-check" / "node.json"
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (pytester.path / "ok.log").write_text(ARGS_LINE)
+    run = ("--pyargs", "pytest_k3accept.suites.platform", "-k", "recipe_arguments",
+           "--k3-host-facts", str(facts), "--k3-server-log", "ok.log", "-p", "no:cacheprovider")
+    default = pytester.runpytest(*run)
+    default.assert_outcomes(failed=1, deselected=default.parseoutcomes().get("deselected", 0))
+    assert ("hardware: the host's GPUs are NVIDIA H200 (h200), but the expectations are the "
+            "recipe pytest_k3accept/data/recipes/Kimi-K3.yaml (2026-08-15, "
+            "b300/single_node_tp)'s for b300: pass --k3-hardware h200") in default.stdout.str()
+    h200 = pytester.runpytest(*run, "--k3-hardware", "h200")
+    assert "pass --k3-hardware" not in h200.stdout.str()

@@ -491,3 +491,39 @@ def test_a_third_models_recipe_kimi_linear() -> None:
                                         {"SAFETENSORS_FAST_GPU": "1"}, source=COMMAND,
                                         where=where))
     assert "--no-enable-prefix-caching: the server runs on" in failed and where in failed
+
+
+def test_the_derived_preset_names_the_recipe_it_came_from() -> None:
+    """``Preset.recipe`` of a derived preset is the recipe and profile it was derived from
+    (what the cache-expectation messages name), also when --k3-recipe replaced the preset's."""
+    from pytest_k3accept.config.presets import load_with_recipe
+
+    preset, _ = load_with_recipe("kimi-k3", recipe=K3_OLD, hardware="h200")
+    assert preset.recipe is not None
+    assert (preset.recipe.file, preset.recipe.hardware, preset.recipe.strategy) == (
+        str(K3_OLD), "h200", "single_node_tp")
+    decode, _ = load_with_recipe("kimi-k3", hardware="b300", strategy="pd_cluster:decode")
+    assert decode.recipe is not None and decode.recipe.strategy == "pd_cluster:decode"
+    assert decode.recipe.file.endswith("data/recipes/Kimi-K3.yaml")
+
+
+def test_host_gpus_of_other_hardware_name_the_profile_that_fits() -> None:
+    """The default profile is b300's; H200 GPUs in the host facts say to pass --k3-hardware
+    h200 (a GPU the recipe has no profile for lists the ones it has)."""
+    from pytest_k3accept.checks.recipe_args import check_hardware
+    from pytest_k3accept.config.recipe import HARDWARE, hardware_of
+
+    assert hardware_of(["NVIDIA H200"] * 8, list(HARDWARE)) == "h200"
+    assert hardware_of(["NVIDIA GB200"], list(HARDWARE)) == "gb200"
+    assert hardware_of(["AMD Instinct MI300X"], list(HARDWARE)) == "mi300x"
+    assert hardware_of(["NVIDIA H200", "NVIDIA B200"], list(HARDWARE)) is None
+    assert hardware_of(["NVIDIA A100-SXM4-80GB"], list(HARDWARE)) is None
+    default = select(load_recipe(K3_NEW))
+    [wrong] = check_hardware(default, ["NVIDIA H200"], where="Kimi-K3.yaml (2026-08-15)")
+    assert wrong.ok is False and "pass --k3-hardware h200" in wrong.message
+    assert "NVIDIA H200 (h200)" in wrong.message and "for b300" in wrong.message
+    [right] = check_hardware(select(load_recipe(K3_NEW), "h200"), ["NVIDIA H200"], where="r")
+    assert right.ok is True
+    [h100] = check_hardware(default, ["NVIDIA H100 80GB HBM3"], where="r")
+    assert "the recipe has no h100 profile; it has: h200, b200, b300" in h100.message
+    assert check_hardware(default, [], where="r") == []  # no GPU names: nothing said

@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from ..recipe import Profile
-from .model import INTERCONNECTS, Environment, Preset, Server
+from .model import INTERCONNECTS, Environment, Preset, RecipeRef
 
 
 def _text(value: Any) -> str | None:
@@ -91,4 +91,7 @@ def preset_from_recipe(base: Preset, profile: Profile) -> Preset:
         base, name=(f"{base.name} + recipe {recipe.title} {recipe.date_updated or 'undated'} "
                     f"{profile.label()}"),
         description=desc, source=recipe.path, environment=env, server=server,
-        targets=targets, suites=suites)
+        targets=targets, suites=suites,
+        # what it was derived from (a --k3-recipe file replaces the base's [recipe])
+        recipe=RecipeRef(file=recipe.path, hardware=profile.hardware,
+                         strategy=profile.label().split("/", 1)[1]))

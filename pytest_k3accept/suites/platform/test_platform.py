@@ -106,9 +106,11 @@ def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
     ``--k3-hardware``, ``--k3-strategy``): each argument from its log's ``non-default args``
     line (else the launch command), each environment variable from the launch command.
     A different value fails naming the recipe value, the live one and the recipe (file, date,
-    profile); an argument or variable the server does not show is unknown, never a pass."""
-    from pytest_k3accept.checks.recipe_args import (COMMAND, LOG, check_profile, profile_keys,
-                                                    summary)
+    profile); an argument or variable the server does not show is unknown, never a pass. Host
+    GPUs of other hardware than the profile's (``NVIDIA H200`` against the default ``b300``)
+    fail naming the ``--k3-hardware`` that fits; a pd_cluster server is judged as its pool."""
+    from pytest_k3accept.checks.recipe_args import (COMMAND, LOG, check_hardware, check_profile,
+                                                    profile_keys, summary)
     from pytest_k3accept.output.reproduction import split_command
     from pytest_k3accept.suites.support import command_args, server_args
 
@@ -134,8 +136,11 @@ def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
         from_cmd, live_env = command_args(split_command(launch), keys)
         if live_args is None:
             live_args, source = from_cmd, COMMAND
-    checks = check_profile(k3_recipe, live_args, live_env, source=source, where=where,
-                           kv_transfer=kv_transfer)
+    from pytest_k3accept.fixtures.host import host_facts
+
+    gpus = [g.name for n in host_facts(request.config).gpu_nodes for g in n.gpus if g.name]
+    checks = check_hardware(k3_recipe, gpus, where=where) + check_profile(
+        k3_recipe, live_args, live_env, source=source, where=where, kv_transfer=kv_transfer)
     failed, unknown = summary(checks)
     state_of(request.config).add(
         "recipe-args", f"recipe {where}: {len(checks) - len(failed) - len(unknown)} as the "
@@ -147,7 +152,7 @@ def test_4_recipe_arguments(request: pytest.FixtureRequest, k3_recipe: Any,
     pool = [c.message for c in checks if c.name == "pd_cluster_pool"]
     if pool:
         unavailable(request.config, pool[0])
-    if unknown and len(unknown) == len(checks):
+    if unknown and len(unknown) == len([c for c in checks if c.name != "hardware"]):
         unavailable(request.config, "recipe arguments not checked: " + unknown[0])
 
 
