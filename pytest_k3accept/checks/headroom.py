@@ -169,6 +169,8 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         reasons.append(f"error rate {error_rate:.1%} > allowed {max_error_rate:.1%} ({kinds})")
     if run.summary.get("latency_unreliable"):  # KV/queue figures are server-side: still valid
         notes.append(str(run.summary["latency_unreliable"]))
+    if run.summary.get("client_limited"):  # judged on the load the client managed to offer
+        notes.append(f"judged on a saturated client: {run.summary['client_limited']}")
     free_gpu = gpu_free_fraction(run.gpu)
     if free_gpu is None:
         notes.append("GPU memory not measured (no telemetry source)" if not run.gpu

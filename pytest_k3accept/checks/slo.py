@@ -152,8 +152,17 @@ def check(summary: Mapping[str, Any], slo: SLO,
             out.append(Breach(name, None, required, direction, unit, note))
         elif (direction == "max" and measured > required) or (
                 direction == "min" and measured < required):
-            out.append(Breach(name, measured, required, direction, unit))
+            out.append(Breach(name, measured, required, direction, unit,
+                              _saturated(summary)))
     return out
+
+
+#: the note of a limit judged on a run whose client was the limit (observe.load.saturation)
+SATURATED = "measured while the client itself was the limit"
+
+
+def _saturated(summary: Mapping[str, Any]) -> str:
+    return SATURATED if summary.get("client_limited") else ""
 
 
 def unknown(breaches: Sequence[Breach]) -> bool:
@@ -189,7 +198,8 @@ def judged(summary: Mapping[str, Any], slo: SLO,
         measured = (good or {}).get("ratio" if name == "goodput_ratio" else "goodput") if (
             name.startswith("goodput")) else stats.metric(summary, name)
         out.append({"name": name, "measured": measured, "required": required,
-                    "direction": direction, "unit": unit, "note": "", "ok": True})
+                    "direction": direction, "unit": unit, "note": _saturated(summary),
+                    "ok": True})
     return out
 
 

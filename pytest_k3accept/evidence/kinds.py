@@ -78,6 +78,8 @@ class LoadRun(Kind):
     endpoint: str = ""
     #: why TTFT/ITL were not measurable (a buffering proxy); None when they were
     latency_unreliable: str | None = None
+    #: how the client itself limited the run (observe.load.saturation); None: it did not
+    client_limited: str | None = None
     #: the server served other clients during the run (figures include them); None: unknown
     shared: bool | None = None
     other_requests: int | None = None

@@ -207,6 +207,7 @@ class LoadResult:
             target_source=target_source, target=target, failover=failover, load_factor=float(load_factor),
             endpoint=self.endpoint, shared=self.shared,
             latency_unreliable=s.get("latency_unreliable"),
+            client_limited=s.get("client_limited"),
             other_requests=self.other_clients.get("other_requests"))
 
     def line(self) -> str:
@@ -229,7 +230,9 @@ class LoadResult:
                 f"{'unknown (buffered stream)' if buffered else _s(ttft)}, e2e p99 {_s(e2e)}, "
                 f"concurrency {self.achieved_concurrency['mean']:.1f} "
                 f"(max {self.achieved_concurrency['max']:.0f}){srv}"
-                + (f"; SHARED: {note}" if note else "") + (f"; {buffered}" if buffered else ""))
+                + (f"; SHARED: {note}" if note else "") + (f"; {buffered}" if buffered else "")
+                + (f"; CLIENT-LIMITED: {s['client_limited']}" if s.get("client_limited")
+                   else ""))
 
     def as_dict(self, records: bool = False) -> dict[str, Any]:
         """JSON-serializable view; ``records=True`` adds compact per-request records."""

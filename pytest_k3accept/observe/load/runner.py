@@ -28,7 +28,7 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
-from . import shared, stall, stats
+from . import saturation, shared, stall, stats
 from .profile import LoadProfile
 from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
@@ -160,6 +160,11 @@ class _Run:
         self.starts = array("d")
         self.ends = array("d")
         self.done = self.errors = self.in_flight = 0
+        #: open loop: how late the latest request started against its seeded arrival time,
+        #: less the time spent waiting for a free slot of a concurrency cap (the server's
+        #: doing), and the schedule's span; None in a closed loop
+        self.schedule_lag: float | None = None
+        self.schedule_span: float | None = None
         self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
         from ..endpoint.client import RequestResult
@@ -220,9 +225,14 @@ class _Run:
     async def open(self, rate: float, cap: int | None, seed: int) -> None:
         rng = random.Random(seed)
         sem = asyncio.Semaphore(cap) if cap else None
-        at = time.perf_counter()
+        at = first = time.perf_counter()
+        waited = 0.0
 
-        async def capped(u: int) -> None:
+        async def capped(u: int, due: float) -> None:
+            # the request starts now, when the loop first runs its task: its lag behind
+            # the seeded arrival time, less the slot waits (the server's doing)
+            lag = max(0.0, time.perf_counter() - due)
+            self.schedule_lag = max(self.schedule_lag or 0.0, lag)
             try:
                 await self.unit(u)
             finally:
@@ -233,10 +243,13 @@ class _Run:
             if delay > 0:
                 await asyncio.sleep(delay)
             if sem is not None:
+                w0 = time.perf_counter()
                 await sem.acquire()
+                waited += time.perf_counter() - w0
             if self.stopping:
                 break
-            self.tasks.append(asyncio.create_task(capped(u)))
+            self.schedule_span = at - first
+            self.tasks.append(asyncio.create_task(capped(u, at + waited)))
             at += rng.expovariate(rate)
         await asyncio.gather(*self.tasks)
 
@@ -314,7 +327,7 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
             await mon.settle(sum(1 for r in warm.records if r is not None and r.ok))
         run = _Run(client, bodies, plan, profile)
         await mon.baseline()
-        started_at, t0 = time.time(), time.perf_counter()
+        started_at, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
         watcher = asyncio.create_task(mon.watch(run, t0, progress, progress_interval))
         try:
             with fewer_collections():
@@ -322,13 +335,17 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        t_end = time.perf_counter()
+        t_end, cpu = time.perf_counter(), time.process_time() - cpu0
         elapsed = t_end - t0
         if progress is not None and mon.reported:  # a closing line after progress lines
             mon.report(run, t0, progress)
         recs, spans, not_sent = run.finish(t_end)
         await stall.annotate(client, recs)  # streams stalled while /health said 200
         summary = stats.summarize(recs, elapsed)
+        achieved = stats.concurrency(spans, elapsed)
+        summary["client_cpu_share"] = cpu / elapsed if elapsed > 0 else None
+        summary["client_limited"] = saturation.of_run(profile, summary, achieved, elapsed, cpu,
+                                                      run.schedule_lag, run.schedule_span)
         server = await mon.final(summary["ok"])
         if server is not None:  # did the server serve other clients during the run?
             server["other_clients"] = shared.compare(summary, server)
@@ -339,7 +356,7 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
             await client.aclose()  # type: ignore[attr-defined]  # a K3Client we made
     return LoadResult(profile=profile, records=recs, elapsed=elapsed, started_at=started_at,
                       stopped_by=stopped_by, not_sent=not_sent, summary=summary,
-                      achieved_concurrency=stats.concurrency(spans, elapsed),
+                      achieved_concurrency=achieved,
                       endpoint=client.base_url,
                       mode="open" if profile.open_loop else "closed",
                       request_set=rs.describe(), server=server, server_error=mon.error,
