@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_k3accept.testbed import cache_dir, file_lock
+from pytest_k3accept.testbed.install import cache_dir, file_lock
 
 MARKER = ".k3accept-peer"
 #: Python minor versions tried for a peer's virtualenv, from its minimum upwards

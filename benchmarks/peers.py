@@ -232,6 +232,7 @@ def inference_perf_config(base_url: str, *, conc: int | None, rate: float | None
                           reports: Path) -> dict[str, Any]:
     """inference-perf's config (written as JSON, which its YAML reader takes) for one mode."""
     workers = max(1, os.cpu_count() or 1)  # its default: one worker process per core
+    load: dict[str, Any]
     if rate:
         load = {"type": "poisson", "stages": [{"rate": rate, "duration": max(1, round(n / rate))}]}
     else:
