@@ -37,12 +37,15 @@ import time
 from typing import Iterator
 
 MODEL = "stub-model"
-_OK_HDR = b"HTTP/1.1 200 OK\r\nserver: k3stub\r\n"
+#: the stub stands in for vLLM's API server and answers as it does (``server: uvicorn``): a
+#: ``Server`` name the plugin does not know is a proxy in front of the model server, and a
+#: stream whose chunks all arrive at once through a proxy is judged buffered (TTFT withheld)
+_OK_HDR = b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\n"
 
 
 def _fixed(status: bytes, body: bytes, ctype: bytes = b"application/json") -> bytes:
     return (
-        b"HTTP/1.1 " + status + b"\r\nserver: k3stub\r\ncontent-type: " + ctype
+        b"HTTP/1.1 " + status + b"\r\nserver: uvicorn\r\ncontent-type: " + ctype
         + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
 
