@@ -90,11 +90,16 @@ async def test_prometheus_gives_the_direct_figures_of_two_engines(dp2: str,
     the load, and after it once a scrape has passed): they must be EQUAL (prompt /
     generation tokens, successes, preemptions, per engine and summed; TTFT p50 / p99 from
     the merged buckets, also equal to PromQL's own ``histogram_quantile``). Gauges are
-    sampled by both while the load runs (direct every 0.2 s, Prometheus every 1 s):
-    running requests per engine must be equal (they hold for the whole decode); waiting
-    within 1 (a request waits less than a scrape interval to be scheduled); KV usage per
-    engine within one 128-token block per running request (what an engine's requests can
-    grow between two samples: each adds fewer than 128 tokens a second here).
+    sampled by both while the load runs (direct every 0.2 s, Prometheus every 1 s), so they
+    see different instants: running and waiting requests per engine within 1 (a request
+    starts or ends between two samples); KV usage per engine within what that engine's
+    requests can grow in one scrape interval (its measured generation rate over the load x
+    1 s, in whole 128-token blocks) plus one block per running request. Seen in a CI run on
+    a loaded machine: Prometheus's peak 48.3 %, the direct sampler's 41.4 % (two blocks: the
+    0.2 s sampler missed the last samples of the peak).
+    The direct ``after`` snapshot is taken once the server has counted all four requests
+    (its counters are updated after the last token reaches the client: read at once they
+    can miss the last request while Prometheus's later scrape has it).
     """
     url = dp2_prometheus
     prom = Prometheus(url, selector=f'job="{JOB}"')
@@ -108,7 +113,15 @@ async def test_prometheus_gives_the_direct_figures_of_two_engines(dp2: str,
     t0 = time.time()
     result = await run_load(discover(dp2), None, profile, sample_interval=0.2)
     t1 = time.time()
-    after = scraper.scrape()
+    deadline = time.monotonic() + 15
+    while True:  # settled: every request counted, none running
+        after = scraper.scrape()
+        settled = after - before
+        if (sum(settled.successes().values()) >= 4 and not any(
+                (after.engine_gauges().get("running") or {}).values())
+                ) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     t_after = prometheus_server.scraped_after(url, JOB, after.at)
     prom_after = prom.snapshot(names, at=t_after)
     scraper.close()
@@ -138,14 +151,21 @@ async def test_prometheus_gives_the_direct_figures_of_two_engines(dp2: str,
 
     peaks = prom.engine_peaks(t0, t1)
     per = srv["per_engine"]
-    block = 128 / float(srv["kv_cache_size_tokens"])
+    size = float(srv["kv_cache_size_tokens"])
+    generated = direct.per_engine("vllm:generation_tokens_total")
     for engine in ("0", "1"):
         e = per[engine]
         assert e["peak_kv_from"] == "samples" and e["preemptions"] == 0, e
-        assert peaks["running"][engine] == e["peak_running"] > 0, (peaks, e)
+        assert e["peak_running"] > 0 and peaks["running"][engine] > 0, (peaks, e)
+        assert abs(peaks["running"][engine] - e["peak_running"]) <= 1, (peaks, e)
         assert abs(peaks["waiting"][engine] - e["peak_waiting"]) <= 1, (peaks, e)
-        tolerance = e["peak_running"] * block
-        assert abs(peaks["kv"][engine] - e["peak_kv_usage"]) <= tolerance + 1e-9, (peaks, e)
+        per_scrape = generated.get(engine, 0.0) / max(t1 - t0, 1e-9) * 1.0  # 1 s scrapes
+        blocks = -(-per_scrape // 128) + e["peak_running"]  # whole blocks, one per request
+        # vLLM's KV usage counts 128-token blocks less the one null block it keeps back
+        # (3,840 tokens: 29 usable blocks, so one block is 1/29 = 3.4 %, not 128/3,840)
+        tolerance = blocks / (size // 128 - 1)
+        assert abs(peaks["kv"][engine] - e["peak_kv_usage"]) <= tolerance + 1e-9, (
+            peaks, e, tolerance)
     seen = {e: (v["peak_kv_usage"], v["peak_running"], v["peak_waiting"])
             for e, v in per.items()}
     print(f"\n[dp2 prometheus] counters equal: prompt {promql.prompt_tokens():.0f}, "
