@@ -1,0 +1,157 @@
+"""Where the shares of a load run in several processes go: the :class:`Placement` protocol.
+
+A load profile with ``processes = N`` (N > 1) is split by the controller (the process that
+called :func:`~pytest_k3accept.observe.load.runner.run_load`) into N :class:`Share` s of one
+plan: a closed loop's streams are divided (each share runs the plan units its streams own),
+an open loop's one seeded arrival schedule is partitioned (each share sends the units it owns
+at their times in the *global* schedule). The controller keeps the ``/metrics`` monitor, the
+warm-up and the merge; the workers only send requests. A placement decides where each share's
+worker runs: :mod:`.local` (processes on this machine), ``ray`` (Ray actors), one module per
+placement, like pytest-xdist's schedulers.
+
+How a placement is called, and what it must return
+--------------------------------------------------
+The controller calls, from inside its running event loop::
+
+    results = await placement.run(shares, progress=callback_or_None)
+
+``shares`` is a sequence of :class:`Share` (``share.index`` is 0..len-1, in order). The
+placement must:
+
+1. start one worker per share, each with **its own event loop**, and in it make everything a
+   share needs *before* the start (imports, the HTTP client): the worker calls::
+
+       from pytest_k3accept.observe.load.shares import run_share
+       result = await run_share(share, start_at)        # -> ShareResult
+
+   (or ``run_share_sync(share, start_at)``, which runs ``asyncio.run`` around it);
+   ``run_share`` waits until the wall-clock instant ``start_at`` (``time.time()`` units)
+   itself, so the placement only has to hand every worker the **same** ``start_at``;
+2. agree that instant once every worker is ready (a worker reports ready when it is about to
+   call ``run_share``; ``start_at`` = the time the last one was ready + a small margin, e.g.
+   0.2 s; never a fixed guess made before the workers started);
+3. return ``list[ShareResult]``, exactly one per share, **in share order**, with
+   ``result.index == share.index``;
+4. never raise because a worker died, hung or could not start: its entry is
+   :meth:`ShareResult.lost` with a message saying what happened (which worker, its pid or
+   actor/node, exit code or exception, after how long) and whatever records came back
+   (usually none); the controller keeps the other shares' results and marks the run
+   partial. A worker still running ``share.max_seconds + GRACE_S`` after ``start_at`` is
+   lost (stop it). Raise :class:`PlacementError` only when the placement cannot run at all
+   (e.g. Ray not installed, no cluster), with a message saying what to do;
+5. optionally call ``progress(index, done, errors, in_flight)`` (plain ints, from the
+   controller's event loop thread) as a worker's counts change, at most a few times a
+   second; a placement that cannot may ignore it.
+
+``Share`` and ``ShareResult`` are plain picklable dataclasses (pickle protocol 5; the records
+are :class:`~pytest_k3accept.observe.load.result.RunRecord`, whose ITL is a packed
+``array('d')``); a share's ``endpoint`` carries the API key, so it must travel only to
+workers the caller trusts. ``capacity()`` says how many workers a placement can run side by
+side (cores here, CPUs of a cluster): ``processes = "auto"`` and the note on more processes
+than that read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...endpoint.discover import Endpoint
+    from ..profile import LoadProfile
+    from ..result import RunRecord
+
+#: seconds past a share's ``max_seconds`` (after ``start_at``) before its worker is lost
+GRACE_S = 30.0
+
+#: ``progress(index, done, errors, in_flight)``
+ProgressCallback = Callable[[int, int, int, int], None]
+
+
+class PlacementError(RuntimeError):
+    """A placement could not run the shares at all; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """One worker's part of a split run (plain data; picklable).
+
+    The plan is the controller's: ``bodies`` (the request bodies), ``units`` (lists of body
+    indices: a request, or a conversation's turns), the plan's first unit ``start`` and its
+    request count ``requests`` (as :class:`~pytest_k3accept.observe.load.runner._Plan`).
+    The share owns plan unit ``k`` when ``lo <= k % period < hi``; ``streams`` is its closed
+    loop's streams, or its part of an open loop's in-flight cap (None: no cap). ``profile``
+    is the run's profile (its ``rate`` and ``seed`` are the *global* schedule's).
+    """
+
+    index: int
+    count: int
+    endpoint: "Endpoint"
+    profile: "LoadProfile"
+    bodies: list[dict[str, Any]]
+    units: list[list[int]]
+    start: int
+    requests: int
+    period: int
+    lo: int
+    hi: int
+    streams: int | None
+
+    @property
+    def max_seconds(self) -> float:
+        """The share's time bound (the run's)."""
+        return float(self.profile.max_seconds)
+
+
+@dataclass
+class ShareResult:
+    """What one worker sends back: its records and the figures the merge needs.
+
+    ``spans`` are (start, end) of each record's request, in seconds since the share's start
+    (the agreed ``start_at``; comparable across workers and machines). ``elapsed`` is from
+    that start to the share's last request's end (or its time bound); ``cpu_seconds`` the
+    worker process's CPU time over its run (``time.process_time``). ``lag`` / ``span``: an
+    open loop's schedule lag and span (see :mod:`..saturation`), None in a closed loop.
+    ``error`` is None for a share that ran to its end; else why it is lost (``partial``).
+    """
+
+    index: int
+    records: list["RunRecord"] = field(default_factory=list)
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    elapsed: float = 0.0
+    cpu_seconds: float | None = None
+    stopped_by: str = "count"
+    not_sent: int = 0
+    lag: float | None = None
+    span: float | None = None
+    started_at: float = 0.0
+    #: what ran it: ``"pid 1234"``, ``"actor ... on node ..."``
+    worker: str = ""
+    error: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        """True when the share did not run to its end (its worker was lost)."""
+        return self.error is not None
+
+    @classmethod
+    def lost(cls, index: int, error: str, *, worker: str = "", elapsed: float = 0.0,
+             records: Sequence["RunRecord"] = (),
+             spans: Sequence[tuple[float, float]] = ()) -> "ShareResult":
+        """A share whose worker died or hung: ``error`` says what happened."""
+        return cls(index, records=list(records), spans=list(spans), elapsed=elapsed,
+                   cpu_seconds=None, stopped_by="lost", worker=worker, error=error)
+
+
+class Placement(Protocol):
+    """Runs the shares of one split run somewhere (see the module docstring for the rules)."""
+
+    #: short name for messages and the record: ``"local"``, ``"ray"``
+    name: str
+
+    def capacity(self) -> int:
+        """How many workers can run side by side (one core each)."""
+
+    async def run(self, shares: Sequence[Share], *,
+                  progress: ProgressCallback | None = None) -> list[ShareResult]:
+        """Run every share (one worker each, one agreed start), one result per share."""
