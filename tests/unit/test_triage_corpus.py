@@ -15,7 +15,7 @@ from pytest_k3accept.observe.server.classify import CATEGORIES, classify
 from pytest_k3accept.observe.server.triage.patterns import STAGES
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage" / "cases.jsonl"
-SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "heldout-2")  # see the corpus README
+SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "heldout-2", "heldout-3")  # see the corpus README
 CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines()
                                if line.strip()]
 
@@ -52,12 +52,45 @@ KNOWN_MISSES = {
                                                          "error line cut",
     "h3-serving-xinference-v0-start-background-loop": "frames only, the AsyncEngineDeadError "
                                                       "line cut ('raise A')",
-    "h3-servingoom-v011-3090-qwen3vl-inference": "only the OOM line was posted: unplaced",
     "h3-load-v063-a10-mmap-cannot-allocate": "'Cannot allocate memory' after the engine config "
                                              "line only: no loading line places it",
     "h3-kv-v05-1m-context-after-weights": "weights loaded, then a traceback cut before its OOM",
     "h3-none-v050-404-wrong-endpoint": "category right; phase: the stats lines read as serving, "
                                        "labelled after-init (only 404s were answered)",
+    # batch 3 (tune-5 and heldout-3), as round 4 first read them
+    "h4-servingoom-club3090-v020-busy-loop-dead": "the OOM line is above the excerpt: an engine "
+                                                  "death in run_busy_loop reads as serving",
+    "h4-conn-v019-qwen35-tp2-pynccl-communicator": "frames creating the PyNccl communicator only, "
+                                                   "the NCCL line cut",
+    "h4-conn-v0-ray-init-device-nccl-system-error": "frames of the Ray executor's init_device only, "
+                                                    "the NCCL line cut",
+    "h4-kv-v06-llama32-vision-profile-cut": "weights loaded, profile run started, then a traceback "
+                                            "cut before its OOM",
+    "h4-serving-tpu-qwen25vl-request-crash-stats": "only V1's 'Dumping scheduler stats' line: no "
+                                                   "error line",
+    "h4-servingoom-qwen3vl235b-grows-16-running": "the OOM line is below the excerpt",
+    "h4-servingoom-club3090-5090-nvfp4-bench": "the OOM line is below the excerpt",
+    "h4-load-v02-codellama34b-gptq-mmap": "'unable to mmap ... Cannot allocate memory' alone",
+    "h4-serving-v06-nginx-illegal-access-failed-exec": "only INFO lines (the failed execution's "
+                                                       "dump), the error line cut",
+    "h4-kv-v063-l20-llama32-vision-determine-blocks": "frames in determine_num_available_blocks, "
+                                                      "the OOM line cut",
+    "h4-kv-h100-96g-llama32-vision-mp-engine": "frames in determine_num_available_blocks, the OOM "
+                                               "line cut",
+    "h4-kv-v08-ray-cudagraph-capture-after-profiling": "'Error executing metho[d]' cut: no cause",
+    "h4-serving-v043-async-random-sample-illegal": "the illegal access in the sampler: nothing "
+                                                   "shows init had completed",
+    "h4-env-v05-import-c-undefined-symbol": "vllm._C's ImportError is logged at WARNING level",
+    "h4-env-macos-source-build-c-symbol-not-found": "vllm._C's ImportError is logged at WARNING "
+                                                    "level; the traceback is cut",
+    "h4-serving-gemma2-flashinfer-segfault": "a segfault in flashinfer's begin_forward: nothing "
+                                             "shows init had completed",
+    "h4-serving-kv-offloading-swap-blocks-segfault": "'Segfault encountered' (not 'Segmentation "
+                                                     "fault') in swap_blocks_batch",
+    "h4-kv-v07-whisper-gptq-profile-run": "weights loaded, profile run started, then a traceback "
+                                          "cut before its OOM",
+    "h4-load-v1-qwen3-30b-gptq-mmap-iterator": "'unable to mmap ... Cannot allocate memory' in "
+                                               "safetensors_weights_iterator",
 }
 
 
