@@ -50,12 +50,17 @@ def judge(records: Iterable[Any]) -> dict[str, Any]:
     """``{"streams", "bursts", "unreliable"}`` of a run: ``unreliable`` is the message when
     at least half of the streams that can tell arrived in one burst, else None."""
     verdicts = [v for v in (is_burst(r) for r in records) if v is not None]
-    bursts = sum(1 for v in verdicts if v)
+    return verdict(len(verdicts), sum(1 for v in verdicts if v))
+
+
+def verdict(streams: int, bursts: int) -> dict[str, Any]:
+    """:func:`judge` of a run whose ``streams`` that can tell include ``bursts`` bursts
+    (:func:`~.stats.summarize` counts them in its one pass over the records)."""
     unreliable = None
-    if verdicts and bursts * 2 >= len(verdicts):
-        unreliable = (f"{BUFFERED} ({bursts} of {len(verdicts)} streams arrived in one burst: "
+    if streams and bursts * 2 >= streams:
+        unreliable = (f"{BUFFERED} ({bursts} of {streams} streams arrived in one burst: "
                       f"every chunk within {BURST_SPREAD_S * 1000:g} ms after a silence as "
                       "long as the whole answer); TTFT, ITL and TPOT are not reported. Turn "
                       "buffering off for the event stream (nginx: proxy_buffering off, or the "
                       "X-Accel-Buffering: no header) or measure at the server")
-    return {"streams": len(verdicts), "bursts": bursts, "unreliable": unreliable}
+    return {"streams": streams, "bursts": bursts, "unreliable": unreliable}

@@ -3,20 +3,23 @@
 A run keeps one :class:`RunRecord` per request: the numbers its summary, SLO and goodput
 checks read (status, error class and message, TTFT, e2e, token counts) and its inter-token
 gaps as a packed ``array('d')`` (8 bytes a gap, the exact floats), never the answer's text,
-tool calls or error body. A soak's memory is thus the in-flight requests plus these
-numbers (see docs/load.md, "Long runs").
+tool calls or error body. :class:`LoadResult` holds them in a
+:class:`~.store.RecordStore`, a list while small and spilled to disk beyond a few thousand,
+so a soak's client memory is the in-flight requests, not the run's length (see
+docs/load.md, "Long runs").
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .profile import LoadProfile
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...evidence.kinds import LoadRun
+    from .store import RecordStore
 
 
 #: error messages kept once however many records share them (bounded: see :func:`_shared`)
@@ -101,10 +104,13 @@ class Progress:
 
 @dataclass
 class LoadResult:
-    """A finished run: per-request records, summaries and server-side figures."""
+    """A finished run: per-request records, summaries and server-side figures.
+
+    ``records`` is a :class:`~.store.RecordStore` (a list given is wrapped in one: the same
+    objects, in memory); :meth:`close` drops them and deletes a spill file."""
 
     profile: LoadProfile
-    records: list[RunRecord]
+    records: "RecordStore"
     elapsed: float
     started_at: float
     stopped_by: str
@@ -117,6 +123,29 @@ class LoadResult:
     server: dict[str, Any] | None = None
     server_error: str | None = None
     gpu: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        from .store import RecordStore
+
+        if not isinstance(self.records, RecordStore):
+            self.records = RecordStore(self.records)
+
+    def close(self) -> None:
+        """Drop the per-request records and delete their spill file, if any (the summary
+        and every other figure stay)."""
+        self.records.close()
+
+    def __enter__(self) -> "LoadResult":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def spill_error(self) -> str | None:
+        """Why the records stayed in memory although the run was long (None: they did
+        not, or the run was short)."""
+        return self.records.spill_error
 
     @property
     def error_rate(self) -> float:
@@ -161,19 +190,27 @@ class LoadResult:
         """Prompt length of the load: the synthetic target, else the longest prompt sent."""
         if self.request_set.get("synthetic"):
             return self.profile.context_tokens
-        lengths = [r.prompt_tokens for r in self.records if r.ok and r.prompt_tokens]
-        return max(lengths) if lengths else None
+        return max(_prompts(self.records), default=None)
 
     @property
     def measured_context(self) -> tuple[int | None, float | None]:
         """(longest, median) prompt of the successful requests, in the server's ``usage``
         tokens; (None, None) when no request reported usage."""
-        lengths = sorted(r.prompt_tokens for r in self.records if r.ok and r.prompt_tokens)
-        if not lengths:
-            return None, None
-        mid = len(lengths) // 2
-        median = (lengths[mid] if len(lengths) % 2 else (lengths[mid - 1] + lengths[mid]) / 2)
-        return lengths[-1], float(median)
+        from .stats import order_statistics
+        from .store import FloatColumn
+
+        lengths = FloatColumn(_prompts(self.records))  # ints, exact as floats below 2**53
+        try:
+            n = len(lengths)
+            if not n:
+                return None, None
+            mid = n // 2
+            found = order_statistics(lengths, {mid - 1, mid, n - 1})
+            top, at = int(found[n - 1]), int(found[mid])
+            median = at if n % 2 else (int(found[mid - 1]) + at) / 2
+            return top, float(median)
+        finally:
+            lengths.close()
 
     def evidence(self, run_id: str, target_source: str, *, failover: bool = False,
                  load_factor: float = 1.0, target: bool | None = None) -> "LoadRun":
@@ -232,6 +269,8 @@ class LoadResult:
                 f"(max {self.achieved_concurrency['max']:.0f}){srv}"
                 + (f"; SHARED: {note}" if note else "") + (f"; {buffered}" if buffered else "")
                 + (f"; CLIENT-LIMITED: {s['client_limited']}" if s.get("client_limited")
+                   else "")
+                + (f"; RECORDS IN MEMORY: {s['spill_error']}" if s.get("spill_error")
                    else ""))
 
     def as_dict(self, records: bool = False) -> dict[str, Any]:
@@ -246,6 +285,11 @@ class LoadResult:
         if records:
             out["records"] = [_compact(r) for r in self.records]
         return out
+
+
+def _prompts(records: Iterable[RunRecord]) -> Iterable[int]:
+    """Prompt lengths (server ``usage``) of the successful requests that reported one."""
+    return (r.prompt_tokens for r in records if r.ok and r.prompt_tokens)
 
 
 def _pct(value: float | None) -> str:

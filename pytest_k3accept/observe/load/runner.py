@@ -12,8 +12,10 @@ progress; counter deltas (tokens, preemptions, prefix-cache hits, queue time) co
 full scrapes before and after, and are compared with what the run sent
 (``server["other_clients"]``, :mod:`.shared`: a server that also served other clients marks
 the run shared). The hot path does no logging and takes no lock; each finished request is
-kept as a slim :class:`~.result.RunRecord` (numbers and packed inter-token gaps, no text),
-and the plan is computed, not listed, so memory grows only with the requests actually sent
+kept as a slim :class:`~.result.RunRecord` (numbers and packed inter-token gaps, no text)
+in a :class:`~.store.RecordStore` (spilled to disk past a few thousand), achieved
+concurrency is measured as the run goes (:class:`~.stats.InFlight`), and the plan is
+computed, not listed, so the client's memory does not grow with the run's length
 (docs/load.md, "Long runs").
 """
 
@@ -24,7 +26,6 @@ import contextlib
 import gc
 import random
 import time
-from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
@@ -34,6 +35,7 @@ from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
 from .requestset import load as _load_set
 from .result import LoadResult, Progress, RunRecord
+from .store import FloatColumn, RecordStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..endpoint.client import RequestResult
@@ -154,11 +156,16 @@ class _Run:
                  plan: _Plan, profile: LoadProfile) -> None:
         self.client, self.bodies, self.plan, self.profile = client, bodies, plan, profile
         self.total = plan.total
-        # grown as requests start (slot order), never sized by the plan: a soak's bound
-        # can be far above what it sends
-        self.records: list[RunRecord | None] = []
-        self.starts = array("d")
-        self.ends = array("d")
+        # records in slot order (:class:`~.store.RecordStore`: spilled to disk past a few
+        # thousand), in-flight starts and finished records waiting for an earlier slot:
+        # what is held grows with what is in flight, never with the run's length
+        self.records = RecordStore()
+        self.active: dict[int, float] = {}  # slot -> start (perf_counter)
+        self.waiting: dict[int, RunRecord] = {}  # finished, behind an unfinished slot
+        self.flushed = 0  # the slots below it are in ``records`` (or were never sent)
+        self.started = self.high = 0  # requests started; 1 + the highest slot started
+        self.meter = stats.InFlight()  # achieved concurrency, measured as it goes
+        self.spans = FloatColumn()  # start, end of each ended request, in the order they end
         self.done = self.errors = self.in_flight = 0
         #: open loop: how late the latest request started against its seeded arrival time,
         #: less the time spent waiting for a free slot of a concurrency cap (the server's
@@ -175,11 +182,10 @@ class _Run:
         RequestResult = self.result_type
         perf = time.perf_counter
         self.in_flight += 1
-        while len(self.records) <= slot:  # slots start nearly in order: grows by one
-            self.records.append(None)
-            self.starts.append(0.0)
-            self.ends.append(0.0)
-        self.starts[slot] = perf()
+        self.started += 1
+        self.high = max(self.high, slot + 1)
+        self.active[slot] = t = perf()
+        self.meter.start(t)
         try:
             if self.profile.timeout is not None and _timeout is not None:
                 async with _timeout(self.profile.timeout):
@@ -196,8 +202,13 @@ class _Run:
             kind = "connection" if isinstance(exc, OSError) else "protocol"
             res = RequestResult(ok=False, error_kind=kind, error=f"{type(exc).__name__}: {exc}",
                                 stream=self.profile.stream, started_at=time.time())
-        self.ends[slot] = perf()
-        self.records[slot] = RunRecord.of(res)  # the text, tool calls, error body go now
+        end, start = perf(), self.active.pop(slot)
+        self.meter.end(end, start)
+        self.spans.extend((start, end))
+        self.waiting[slot] = RunRecord.of(res)  # the text, tool calls, error body go now
+        while self.flushed in self.waiting:  # slots finish nearly in order
+            self.records.append(self.waiting.pop(self.flushed))
+            self.flushed += 1
         self.in_flight -= 1
         self.done += 1
         if not res.ok:
@@ -270,22 +281,29 @@ class _Run:
         return "time"
 
     def finish(self, t_end: float) -> tuple[list[RunRecord], list[tuple[float, float]], int]:
-        """Records of started requests (cut ones as timeouts), their intervals, not sent."""
-        recs: list[RunRecord] = []
-        spans: list[tuple[float, float]] = []
-        not_sent = self.total - len(self.records)
-        for i, r in enumerate(self.records):
+        """Records of started requests (cut ones as timeouts), their intervals (in the order
+        they ended), not sent: :meth:`conclude` as lists (they hold the whole run)."""
+        recs, _, not_sent = self.conclude(t_end)
+        pairs = iter(self.spans)
+        return list(recs), list(zip(pairs, pairs)), not_sent
+
+    def conclude(self, t_end: float) -> tuple[RecordStore, "stats.InFlight", int]:
+        """Records of started requests in slot order (cut ones as timeouts), the achieved
+        concurrency meter (cut ones end at ``t_end``), and how many were not sent."""
+        for slot in range(self.flushed, self.high):
+            r = self.waiting.pop(slot, None)
             if r is None:
-                if self.starts[i] == 0.0:
-                    not_sent += 1
-                    continue
+                start = self.active.pop(slot, None)
+                if start is None:
+                    continue  # never started (a conversation's later turn): not sent
                 r = RunRecord(False, error_kind="timeout", stream=self.profile.stream,
                               error="cancelled at the run's time bound (max_seconds = "
                                     f"{self.profile.max_seconds:g} s)")
-                self.ends[i] = t_end
-            recs.append(r)
-            spans.append((self.starts[i], self.ends[i]))
-        return recs, spans, not_sent
+                self.meter.end(t_end, start)
+                self.spans.extend((start, t_end))
+            self.records.append(r)
+        self.flushed = self.high
+        return self.records, self.meter, self.total - self.started
 
 
 async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: LoadProfile, *,
@@ -324,7 +342,8 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         if len(warm_plan):
             warm = _Run(client, bodies, warm_plan, profile)
             await warm.drive(profile.max_seconds)
-            await mon.settle(sum(1 for r in warm.records if r is not None and r.ok))
+            await mon.settle(warm.done - warm.errors)  # warm-ups answered
+            warm.records.close()
         run = _Run(client, bodies, plan, profile)
         await mon.baseline()
         started_at, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
@@ -339,10 +358,13 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         elapsed = t_end - t0
         if progress is not None and mon.reported:  # a closing line after progress lines
             mon.report(run, t0, progress)
-        recs, spans, not_sent = run.finish(t_end)
+        recs, meter, not_sent = run.conclude(t_end)
+        run.spans.close()
         await stall.annotate(client, recs)  # streams stalled while /health said 200
         summary = stats.summarize(recs, elapsed)
-        achieved = stats.concurrency(spans, elapsed)
+        if recs.spill_error:
+            summary["spill_error"] = recs.spill_error
+        achieved = meter.result(elapsed)
         summary["client_cpu_share"] = cpu / elapsed if elapsed > 0 else None
         summary["client_limited"] = saturation.of_run(profile, summary, achieved, elapsed, cpu,
                                                       run.schedule_lag, run.schedule_span)

@@ -45,6 +45,12 @@ async def annotate(client: Any, records: Sequence[Any]) -> int:
     if not 200 <= status < 300:
         return 0
     silence = float(getattr(client, "timeout", 0.0) or 0.0)
-    for r in found:
+
+    def mark(r: Any) -> bool:
+        if not stalled([r]):
+            return False
         r.error = f"{sentence(silence, status)} ({r.error})"
-    return len(found)
+        return True
+    if hasattr(records, "update"):  # a RecordStore: spilled records are written back
+        return int(records.update(mark))
+    return sum(1 for r in found if mark(r))

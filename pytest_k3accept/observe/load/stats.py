@@ -15,6 +15,8 @@ from array import array
 from bisect import bisect_right
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from .store import FloatColumn
+
 #: the percentiles every latency summary reports
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 
@@ -78,9 +80,14 @@ def distribution(values: Iterable[float],
     """``{"p50", "p90", "p99", "mean", "min", "max", "count"}`` of ``values``; None if empty.
 
     A packed ``array('d')`` of more than :data:`SELECT_ABOVE` values (a soak's pooled ITL)
-    is not copied into a sorted list (~40 bytes a value): :func:`order_statistics` finds
-    the same figures.
+    is not copied into a sorted list (~40 bytes a value), nor is a :class:`~.store.FloatColumn`
+    spilled to disk read back whole: :func:`order_statistics` finds the same figures in
+    passes. A column still in memory is its packed array.
     """
+    if isinstance(values, FloatColumn):
+        if values.spilled:
+            return _selected(values, percentiles)
+        values = values.values
     if isinstance(values, array) and len(values) > SELECT_ABOVE:
         return _selected(values, percentiles)
     data = sorted(v for v in values if v is not None and not math.isnan(v))
@@ -102,9 +109,11 @@ _KEEP = 65_536
 _LEVELS = 12
 
 
-def order_statistics(data: Sequence[float], ranks: Iterable[int]) -> dict[int, float]:
+def order_statistics(data: Iterable[float], ranks: Iterable[int]) -> dict[int, float]:
     """The ``k``-th smallest value (0-based; NaN left out) of ``data`` for each ``k`` in
     ``ranks``, without sorting ``data``: exact, holding at most ~``_KEEP`` floats a window.
+    ``data`` is read in passes, so it must be re-iterable (a sequence, a
+    :class:`~.store.FloatColumn` on disk), not an iterator.
 
     A window of values (first: all of them) is counted into :data:`_BUCKETS` buckets by
     ``int((v - lo) * scale)``, which never puts a larger value into a lower bucket, so a
@@ -163,7 +172,7 @@ def order_statistics(data: Sequence[float], ranks: Iterable[int]) -> dict[int, f
     return out
 
 
-def _selected(data: Sequence[float], percentiles: Sequence[float]) -> dict[str, float] | None:
+def _selected(data: Iterable[float], percentiles: Sequence[float]) -> dict[str, float] | None:
     """:func:`distribution` of a packed array without a sorted copy (the same figures)."""
     n = sum(1 for v in data if v == v)
     if n == 0:
@@ -215,48 +224,73 @@ def goodput(records: Sequence[Record], elapsed: float, *, ttft: float | None = N
             "ratio": good / len(records) if records else 0.0}
 
 
-def summarize(records: Sequence[Record], elapsed: float) -> dict[str, Any]:
+def summarize(records: Iterable[Record], elapsed: float) -> dict[str, Any]:
     """Summary of one run: counts, error classes, latency distributions and throughput.
 
     Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``; seconds) come from successful
     requests only; ITL pools every inter-token gap of every successful stream. When the
     streams arrived in one burst (a buffering proxy, :mod:`.buffering`), ``ttft``, ``itl``
     and ``tpot`` are None and ``latency_unreliable`` says why (e2e stays measured).
+
+    One pass over ``records`` (a list, or a :class:`~.store.RecordStore` read frame by
+    frame): each figure's values go to a :class:`~.store.FloatColumn` (packed, spilled to
+    disk past ``MEMORY_FLOATS``), so a soak's summary holds no list of its records and the
+    figures are the exact ones of every value.
     """
     from . import buffering
 
-    ok = [r for r in records if r.ok]
-    burst = buffering.judge(ok)
-    unreliable = burst["unreliable"]
-    n_ok = len(ok)
-    gaps = array("d")  # packed: 8 bytes a gap, however many the run kept
-    for r in ok:
-        gaps.extend(r.itl)
-    prompt = sum(r.prompt_tokens or 0 for r in ok)
-    completion = sum(r.completion_tokens or 0 for r in ok)
-    cached = sum(r.cached_tokens or 0 for r in ok)
-    rate = (lambda x: x / elapsed) if elapsed > 0 else (lambda x: 0.0)
-    return {
-        "requests": len(records),
-        "ok": n_ok,
-        "errors": len(records) - n_ok,
-        "error_rate": (len(records) - n_ok) / len(records) if records else 0.0,
-        "errors_by_kind": error_counts(records),
-        "elapsed": elapsed,
-        "ttft": None if unreliable else distribution(r.ttft for r in ok if r.ttft is not None),
-        "itl": None if unreliable else distribution(gaps),
-        "tpot": None if unreliable else distribution(
-            t for t in (r.tpot for r in ok) if t is not None),
-        "latency_unreliable": unreliable,
-        "buffered_streams": {"streams": burst["streams"], "bursts": burst["bursts"]},
-        "e2e": distribution(r.e2e for r in ok if r.e2e is not None),
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "cached_tokens": cached,
-        "request_throughput": rate(n_ok),
-        "output_throughput": rate(completion),
-        "total_token_throughput": rate(prompt + completion),
-    }
+    n = n_ok = prompt = completion = cached = streams = bursts = 0
+    errors = dict.fromkeys(ERROR_KINDS, 0)
+    ttft, gaps, tpot, e2e = FloatColumn(), FloatColumn(), FloatColumn(), FloatColumn()
+    try:
+        for r in records:
+            n += 1
+            if not r.ok:
+                kind = r.error_kind or "protocol"
+                errors[kind] = errors.get(kind, 0) + 1
+                continue
+            n_ok += 1
+            verdict = buffering.is_burst(r)
+            if verdict is not None:
+                streams += 1
+                bursts += verdict
+            if r.ttft is not None:
+                ttft.append(r.ttft)
+            gaps.extend(r.itl)
+            t = r.tpot
+            if t is not None:
+                tpot.append(t)
+            if r.e2e is not None:
+                e2e.append(r.e2e)
+            prompt += r.prompt_tokens or 0
+            completion += r.completion_tokens or 0
+            cached += r.cached_tokens or 0
+        burst = buffering.verdict(streams, bursts)
+        unreliable = burst["unreliable"]
+        rate = (lambda x: x / elapsed) if elapsed > 0 else (lambda x: 0.0)
+        return {
+            "requests": n,
+            "ok": n_ok,
+            "errors": n - n_ok,
+            "error_rate": (n - n_ok) / n if n else 0.0,
+            "errors_by_kind": errors,
+            "elapsed": elapsed,
+            "ttft": None if unreliable else distribution(ttft),
+            "itl": None if unreliable else distribution(gaps),
+            "tpot": None if unreliable else distribution(tpot),
+            "latency_unreliable": unreliable,
+            "buffered_streams": {"streams": burst["streams"], "bursts": burst["bursts"]},
+            "e2e": distribution(e2e),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "cached_tokens": cached,
+            "request_throughput": rate(n_ok),
+            "output_throughput": rate(completion),
+            "total_token_throughput": rate(prompt + completion),
+        }
+    finally:
+        for column in (ttft, gaps, tpot, e2e):
+            column.close()
 
 
 def metric(summary: Mapping[str, Any], name: str) -> float | None:
@@ -286,3 +320,60 @@ def concurrency(intervals: Sequence[tuple[float, float]], elapsed: float) -> dic
         cur += step
         peak = max(peak, cur)
     return {"mean": busy / elapsed, "max": float(peak)}
+
+
+class InFlight:
+    """:func:`concurrency` of a run measured as it goes, holding no interval: fed each
+    request's start and end in time order (the runner's ``perf_counter`` readings in
+    program order), it gives the very figures :func:`concurrency` gives of the intervals.
+
+    The busy time is summed exactly (Shewchuk's partials, the algorithm of
+    ``math.fsum``, whose correctly rounded result is then ``math.fsum`` of the partials:
+    the same float as ``math.fsum`` of every duration); the peak treats events at one
+    instant as :func:`concurrency` sorts them (ends before starts)."""
+
+    __slots__ = ("intervals", "_partials", "_cur", "_peak", "_at", "_starts", "_ends")
+
+    def __init__(self) -> None:
+        self.intervals = 0  #: ended requests
+        self._partials: list[float] = []
+        self._cur = self._peak = self._starts = self._ends = 0
+        self._at: float | None = None
+
+    def _instant(self, t: float) -> None:
+        if t != self._at:  # close the events of the previous instant
+            self._cur -= self._ends
+            self._cur += self._starts
+            self._peak = max(self._peak, self._cur)
+            self._starts = self._ends = 0
+            self._at = t
+
+    def start(self, t: float) -> None:
+        """A request started at ``t`` (never earlier than the last event)."""
+        self._instant(t)
+        self._starts += 1
+
+    def end(self, t: float, started: float) -> None:
+        """The request started at ``started`` ended at ``t``."""
+        self._instant(max(started, t))
+        self._ends += 1
+        self.intervals += 1
+        x, i, partials = max(0.0, t - started), 0, self._partials
+        for y in partials:  # math.fsum's partials (exact running sum)
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                partials[i] = lo
+                i += 1
+            x = hi
+        partials[i:] = [x]
+
+    def result(self, elapsed: float) -> dict[str, float]:
+        """``concurrency(intervals, elapsed)`` of what was fed."""
+        if not self.intervals or elapsed <= 0:
+            return {"mean": 0.0, "max": 0.0}
+        self._instant(math.nan)  # closes the last instant (NaN equals no time)
+        self._at = None
+        return {"mean": math.fsum(self._partials) / elapsed, "max": float(self._peak)}
