@@ -75,6 +75,9 @@ class LoadProfile:
     ignore_eos: bool = True
     seed: int = 0
     request_set: str | None = None
+    #: worker processes that share the run's plan (1: this process alone; ``"auto"``: one
+    #: per core when one process would saturate; see :mod:`.split`)
+    processes: int | str = 1
     slo: SLO = field(default_factory=SLO)
     headroom: HeadroomSpec = field(default_factory=HeadroomSpec)
 
@@ -170,7 +173,7 @@ _RULES: dict[str, tuple[str, float, bool]] = {
     "prefix_reuse": ("fraction", 0, False), "warmup": ("int", 0, False),
     "stream": ("bool", 0, False), "timeout": ("float+", 0, True),
     "ignore_eos": ("bool", 0, False), "seed": ("int", 0, False),
-    "request_set": ("str", 0, True),
+    "request_set": ("str", 0, True), "processes": ("processes", 1, False),
     "min_free": ("fraction", 0, False), "max_error_rate": ("fraction", 0, False),
     "max_preemptions": ("int", 0, False), "max_waiting": ("int", 0, True),
     "min_free_gpu": ("fraction", 0, True),
@@ -178,7 +181,8 @@ _RULES: dict[str, tuple[str, float, bool]] = {
 }
 
 _EXPECT = {"int": "an integer", "float+": "a positive number", "fraction": "a fraction in [0, 1]",
-           "bool": "true or false", "str": "a string"}
+           "bool": "true or false", "str": "a string",
+           "processes": "an integer >= 1 or \"auto\""}
 
 
 def _check(key: str, value: Any, where: str) -> Any:
@@ -191,6 +195,12 @@ def _check(key: str, value: Any, where: str) -> Any:
                        f"{f' >= {minimum:g}' if kind == 'int' else ''}, got {value!r}")
     if kind == "bool":
         if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind == "processes" and value == "auto":
+        return value
+    if kind == "processes":
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise bad
         return value
     if kind == "str":

@@ -271,7 +271,11 @@ class LoadResult:
                 + (f"; CLIENT-LIMITED: {s['client_limited']}" if s.get("client_limited")
                    else "")
                 + (f"; RECORDS IN MEMORY: {s['spill_error']}" if s.get("spill_error")
-                   else ""))
+                   else "")
+                + (f"; over {s['processes']} processes ({s.get('placement')})"
+                   if (s.get("processes") or 1) > 1 else "")
+                + (f"; {s['processes_note']}" if s.get("processes_note") else "")
+                + (f"; PARTIAL: {s['partial']}" if s.get("partial") else ""))
 
     def as_dict(self, records: bool = False) -> dict[str, Any]:
         """JSON-serializable view; ``records=True`` adds compact per-request records."""

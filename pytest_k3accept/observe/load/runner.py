@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
@@ -35,12 +34,14 @@ from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
 from .requestset import load as _load_set
 from .result import LoadResult, Progress, RunRecord
+from .split import SplitRun, schedule, workers
 from .store import FloatColumn, RecordStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..endpoint.client import RequestResult
     from ..endpoint.discover import Endpoint
     from ..metrics import MetricsScraper
+    from .placement import Placement
 
 PATH = "/v1/chat/completions"
 
@@ -148,6 +149,12 @@ class _Plan:
         """Every unit of the plan (for tests and small plans)."""
         return [self.unit(k)[1] for k in range(self.units)]
 
+    def arrivals(self, rate: float, seed: int) -> Iterator[float]:
+        """An open loop's seeded Poisson schedule: the arrival time of each plan unit in
+        turn, in seconds after the first (0.0). A share of a split run
+        (:class:`~.split.SharePlan`) gives the times of its own units in this schedule."""
+        return schedule(rate, seed)
+
 
 class _Run:
     """State of one measured phase (warm-up or run); counters are plain ints."""
@@ -234,9 +241,10 @@ class _Run:
         await asyncio.gather(*self.tasks)
 
     async def open(self, rate: float, cap: int | None, seed: int) -> None:
-        rng = random.Random(seed)
+        due = self.plan.arrivals(rate, seed)
         sem = asyncio.Semaphore(cap) if cap else None
-        at = first = time.perf_counter()
+        first = time.perf_counter()
+        at = first + next(due) if len(self.plan) else first
         waited = 0.0
 
         async def capped(u: int, due: float) -> None:
@@ -261,7 +269,8 @@ class _Run:
                 break
             self.schedule_span = at - first
             self.tasks.append(asyncio.create_task(capped(u, at + waited)))
-            at += rng.expovariate(rate)
+            if u + 1 < len(self.plan):
+                at = first + next(due)
         await asyncio.gather(*self.tasks)
 
     async def drive(self, max_seconds: float) -> str:
@@ -310,7 +319,7 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
                    metrics: "MetricsScraper | bool | None" = True,
                    progress: Callable[[Progress], Any] | None = None,
                    progress_interval: float = 1.0, sample_interval: float = 0.25,
-                   telemetry: Any = None) -> LoadResult:
+                   telemetry: Any = None, placement: "Placement | None" = None) -> LoadResult:
     """Run ``requests`` (a :class:`RequestSet`, a list of requests/mappings, a file path, or
     None: the profile's ``request_set`` file, else a synthetic set built from ``profile``)
     against ``target`` under ``profile``.
@@ -319,9 +328,13 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
     scrapes that one, False/None none. ``progress`` is called with a :class:`Progress`
     every ``progress_interval`` s. ``telemetry``: an optional, already running GPU sampler
     (``k3_gpu`` / ``GpuTelemetry``, or a callable returning a dict); its figures for the
-    run go to ``LoadResult.gpu`` (see :func:`.monitor.gpu_figures`).
+    run go to ``LoadResult.gpu`` (see :func:`.monitor.gpu_figures`). ``profile.processes``
+    > 1 splits the run over worker processes (:mod:`.split`), placed by ``placement``
+    (default :class:`~.placement.local.LocalPlacement`); ``target`` must then be an Endpoint.
     """
     from .monitor import Monitor, gpu_figures
+
+    n, place, note = workers(target, profile, placement)  # a bad value: ProfileError
 
     own = not hasattr(target, "request")  # an Endpoint: make (and later close) a client
     limit = profile.timeout or profile.max_seconds
@@ -344,7 +357,9 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
             await warm.drive(profile.max_seconds)
             await mon.settle(warm.done - warm.errors)  # warm-ups answered
             warm.records.close()
-        run = _Run(client, bodies, plan, profile)
+        run: "_Run | SplitRun" = (
+            _Run(client, bodies, plan, profile) if place is None else
+            SplitRun(target, profile, bodies, units, plan, n, place, note))  # type: ignore[arg-type]
         await mon.baseline()
         started_at, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
         watcher = asyncio.create_task(mon.watch(run, t0, progress, progress_interval))
@@ -356,6 +371,8 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
             await asyncio.gather(watcher, return_exceptions=True)
         t_end, cpu = time.perf_counter(), time.process_time() - cpu0
         elapsed = t_end - t0
+        if isinstance(run, SplitRun):  # the workers' run, from their agreed start
+            started_at, elapsed = run.started_at, run.elapsed
         if progress is not None and mon.reported:  # a closing line after progress lines
             mon.report(run, t0, progress)
         recs, meter, not_sent = run.conclude(t_end)
@@ -368,6 +385,9 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         summary["client_cpu_share"] = cpu / elapsed if elapsed > 0 else None
         summary["client_limited"] = saturation.of_run(profile, summary, achieved, elapsed, cpu,
                                                       run.schedule_lag, run.schedule_span)
+        summary["processes"] = n
+        if isinstance(run, SplitRun):  # CPU and saturation per worker, what was lost
+            run.annotate(summary)
         server = await mon.final(summary["ok"])
         if server is not None:  # did the server serve other clients during the run?
             server["other_clients"] = shared.compare(summary, server)

@@ -68,6 +68,26 @@ GRACE_S = 30.0
 ProgressCallback = Callable[[int, int, int, int], None]
 
 
+#: placements by name: ``"module:Class"`` (one module per placement, imported when named)
+PLACEMENTS: dict[str, str] = {
+    "local": "pytest_k3accept.observe.load.placement.local:LocalPlacement",
+    "ray": "pytest_k3accept.observe.load.placement.ray:RayPlacement",
+}
+
+
+def named(name: str, **options: Any) -> "Placement":
+    """A new placement of kind ``name`` (:data:`PLACEMENTS`), made with ``options``. Imported
+    by name, so the runner, which makes the default one, never imports a placement module
+    (and a placement's worker, which imports the runner, makes no import cycle)."""
+    import importlib
+
+    if name not in PLACEMENTS:
+        raise PlacementError(f"placement {name!r}: unknown; known: {', '.join(PLACEMENTS)}")
+    module, _, cls = PLACEMENTS[name].partition(":")
+    made: Placement = getattr(importlib.import_module(module), cls)(**options)
+    return made
+
+
 class PlacementError(RuntimeError):
     """A placement could not run the shares at all; the message says what to do."""
 
@@ -113,6 +133,9 @@ class ShareResult:
     worker process's CPU time over its run (``time.process_time``). ``lag`` / ``span``: an
     open loop's schedule lag and span (see :mod:`..saturation`), None in a closed loop.
     ``error`` is None for a share that ran to its end; else why it is lost (``partial``).
+    ``achieved`` is the share's own achieved concurrency (``{"mean", "max"}`` over its
+    ``elapsed``) for a worker that keeps no spans (the runner measures it as it goes); the
+    merge uses ``spans`` when every share sent them, else these figures.
     """
 
     index: int
@@ -128,6 +151,7 @@ class ShareResult:
     #: what ran it: ``"pid 1234"``, ``"actor ... on node ..."``
     worker: str = ""
     error: str | None = None
+    achieved: dict[str, float] | None = None
 
     @property
     def partial(self) -> bool:
