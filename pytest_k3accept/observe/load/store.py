@@ -39,9 +39,10 @@ import tempfile
 import weakref
 from array import array
 from collections.abc import Sequence
-from typing import Any, Callable, Iterable, Iterator, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, overload
 
-from .result import RunRecord
+if TYPE_CHECKING:  # pragma: no cover - records are pickled whatever their class
+    from .result import RunRecord
 
 #: records a store keeps in memory before it spills to disk (a run below it never writes)
 MEMORY_RECORDS = 4096
@@ -187,7 +188,7 @@ class FloatColumn:
         return f"FloatColumn({len(self)} values{', spilled' if self.spilled else ''})"
 
 
-class RecordStore(Sequence[RunRecord]):
+class RecordStore(Sequence["RunRecord"]):
     """A run's records in order: a list up to ``memory`` records, then pickled frames of
     ``batch`` records in an anonymous temporary file (see the module docstring).
 
