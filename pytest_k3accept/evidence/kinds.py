@@ -83,6 +83,10 @@ class LoadRun(Kind):
     #: the server served other clients during the run (figures include them); None: unknown
     shared: bool | None = None
     other_requests: int | None = None
+    #: worker processes the run was split over (observe.load.split); 1: one process
+    processes: int = 1
+    #: which worker was lost mid-run and how (its records with it); None: none was
+    partial: str | None = None
 
     @property
     def error_rate(self) -> float:

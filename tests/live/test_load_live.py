@@ -71,3 +71,36 @@ async def test_runner_token_counts_equal_server_counters(testbed: Any) -> None:
     assert 0 < srv["peak_kv_usage"] < 0.1 and srv["preemptions"] == 0
     assert s["ttft"]["p99"] <= s["e2e"]["p99"]
     assert 1.0 <= result.achieved_concurrency["mean"] <= 3.0 and result.achieved_concurrency["max"] <= 3
+
+
+async def test_two_worker_processes_merge_exactly_and_match_the_servers_counters(
+        testbed: Any) -> None:
+    """processes = 2 (issue 20 item 3): two spawned workers share the plan (1 stream each),
+    this process keeps the one /metrics monitor; the merged counts equal the server's own
+    counters and the percentiles are those of every record, not averaged."""
+    from pytest_k3accept.observe.load import stats
+
+    ep = discover(testbed.base_url)
+    profile = load_profile(DATA / "agent_profile.toml").replace(
+        "test", requests=8, warmup=0, concurrency=2, processes=2, max_seconds=120)
+    result = await run_load(ep, None, profile)
+    s, srv = result.summary, result.server
+    assert srv is not None, result.server_error
+    assert s["partial"] is None, s["partial"]
+    assert s["ok"] == s["requests"] == len(result.records) == 8, s["errors_by_kind"]
+    assert result.not_sent == 0 and result.stopped_by == "count"
+    assert srv["prompt_tokens"] == result.prompt_tokens
+    assert srv["generation_tokens"] == result.completion_tokens == 8 * 96
+    assert sum(srv["successes"].values()) == 8 and result.shared is False
+    ok = [r for r in result.records if r.ok]
+    for name in ("ttft", "e2e"):
+        assert s[name] == stats.distribution([getattr(r, name) for r in ok]), name
+    assert s["ttft"]["p99"] <= s["e2e"]["p99"]
+    assert s["processes"] == 2 and s["placement"] == "local"
+    assert len(s["client_cpu_by_process"]) == 2 and all(s["client_cpu_by_process"])
+    assert 0 < result.achieved_concurrency["mean"] <= 2 and result.achieved_concurrency["max"] <= 2
+    assert "over 2 processes (local)" in result.line()
+    record = result.as_dict()  # what k3_load records beside the typed evidence
+    assert record["profile"]["processes"] == 2 and record["summary"]["processes"] == 2
+    typed = result.evidence("r1", "test")  # the record's typed load evidence
+    assert typed.processes == 2 and typed.partial is None

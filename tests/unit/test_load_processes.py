@@ -250,6 +250,8 @@ def test_two_processes_send_the_plan_of_one(stub: Endpoint, loop: dict[str, Any]
     assert two.achieved_concurrency["max"] <= 4
     assert two.stopped_by == "count" and two.profile.processes == 2
     assert two.as_dict()["profile"]["processes"] == 2
+    assert two.evidence("r1", "test").processes == 2  # the record's typed load evidence
+    assert one.evidence("r0", "test").processes == 1
     assert sorted(len(r.itl) for r in two.records) == sorted(len(r.itl) for r in one.records)
 
 
@@ -278,4 +280,5 @@ def test_a_worker_killed_mid_run_leaves_a_partial_run_that_says_so(stub: Endpoin
     assert r.summary["lost_requests"] == 30
     assert r.summary["client_cpu_by_process"][1] is None
     assert "PARTIAL" in r.line()
+    assert r.evidence("r1", "test").partial == partial
     assert math.isfinite(r.elapsed)

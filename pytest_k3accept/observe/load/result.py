@@ -245,7 +245,8 @@ class LoadResult:
             endpoint=self.endpoint, shared=self.shared,
             latency_unreliable=s.get("latency_unreliable"),
             client_limited=s.get("client_limited"),
-            other_requests=self.other_clients.get("other_requests"))
+            other_requests=self.other_clients.get("other_requests"),
+            processes=int(s.get("processes") or 1), partial=s.get("partial"))
 
     def line(self) -> str:
         """One human line: counts, latencies and server figures."""
