@@ -74,6 +74,9 @@ class LoadProfile:
     timeout: float | None = None
     ignore_eos: bool = True
     seed: int = 0
+    #: a Ray cluster for the worker processes (``"ray://HEAD:10001"`` or ``"auto"``; None:
+    #: this machine), see :mod:`.placement.ray`
+    cluster: str | None = None
     request_set: str | None = None
     #: worker processes that share the run's plan (1: this process alone; ``"auto"``: one
     #: per core when one process would saturate; see :mod:`.split`)
@@ -178,6 +181,7 @@ _RULES: dict[str, tuple[str, float, bool]] = {
     "max_preemptions": ("int", 0, False), "max_waiting": ("int", 0, True),
     "min_free_gpu": ("fraction", 0, True),
     "failover": ("bool", 0, False), "replicas": ("int", 2, True),
+    "cluster": ("cluster", 0, True),
 }
 
 _EXPECT = {"int": "an integer", "float+": "a positive number", "fraction": "a fraction in [0, 1]",
@@ -191,6 +195,8 @@ def _check(key: str, value: Any, where: str) -> Any:
         if nullable:
             return None
         raise ProfileError(f"{where}: {key}: a value is required ({_EXPECT[kind]})")
+    if kind == "cluster":
+        return _check_cluster(key, value, where)
     bad = ProfileError(f"{where}: {key}: expected {_EXPECT[kind]}"
                        f"{f' >= {minimum:g}' if kind == 'int' else ''}, got {value!r}")
     if kind == "bool":
@@ -221,6 +227,17 @@ def _check(key: str, value: Any, where: str) -> Any:
     if kind == "fraction" and number > 1:
         raise bad
     return number
+
+
+def _check_cluster(key: str, value: Any, where: str) -> str:
+    """``"auto"`` or ``"ray://HOST[:PORT]"`` (a Ray cluster's client address)."""
+    host, _, port = str(value)[len("ray://"):].partition(":")
+    if value == "auto" or (isinstance(value, str) and value.startswith("ray://") and host
+                           and "/" not in host and (not port or port.isdigit()
+                                                    and 0 < int(port) < 65536)):
+        return str(value)
+    raise ProfileError(f"{where}: {key}: expected \"auto\" or \"ray://HOST:PORT\" (a Ray "
+                       f"cluster's client address, e.g. \"ray://head:10001\"), got {value!r}")
 
 
 def _check_head(key: str, value: Any, where: str) -> Any:

@@ -187,6 +187,7 @@ class Merged:
         used = [c for c in self.cpu if c is not None]
         summary["processes"] = len(self.shares)
         summary["placement"] = placement
+        summary["workers"] = [r.worker for r in self.results]  # where each share ran
         summary["client_cpu_share"] = math.fsum(used) / e if e > 0 and used else None
         summary["client_cpu_by_process"] = [
             (c / r.elapsed if c is not None and r.elapsed > 0 else None)
@@ -261,12 +262,13 @@ def workers(target: Any, profile: LoadProfile, placement: Placement | None,
             ) -> tuple[int, Placement | None, str | None]:
     """(worker processes, the placement, a note) for a run of ``profile`` against
     ``target``: 1 and no placement for a single-process run. Raises ProfileError."""
-    if profile.processes == 1:
+    if profile.processes == 1 and not profile.cluster:
         return 1, None, None
-    if placement is None:
-        placement = named("local")
+    if placement is None:  # a cluster: Ray actors there (even one), else processes here
+        placement = (named("ray", cluster=profile.cluster) if profile.cluster
+                     else named("local"))
     n, note = resolve(profile, placement.capacity())
-    if n == 1:
+    if n == 1 and not profile.cluster:
         return 1, None, None
     if not hasattr(target, "client") or not hasattr(target, "base_url"):
         raise ProfileError(f"{profile.name}: processes: {n} worker processes need an Endpoint "

@@ -1,0 +1,316 @@
+"""Shares as Ray actors on an existing Ray cluster (``cluster = "ray://HEAD:10001"``).
+
+Large deployments often run on Ray already (vLLM's own multi-node executor); a split run can
+then use that cluster instead of this machine: one actor per share (one CPU each), spread
+over the cluster's nodes (``scheduling_strategy="SPREAD"``), each running
+:func:`~pytest_k3accept.observe.load.shares.run_share` in its own event loop. The schedule
+and the exact merge are the shared code's (:mod:`..shares`); this module only places the
+workers, agrees their start and brings their :class:`ShareResult` back through Ray's object
+store. Nothing of a protocol of its own: Ray's client, actors and object store.
+
+* **Connecting**: ``"ray://HOST:PORT"`` through the Ray Client (this process stays a client,
+  not a node of the cluster), ``"auto"``: ``RAY_ADDRESS``, else the cluster running on this
+  machine (``ray.init(address="auto")``). A TCP probe first says at once that nothing
+  listens; ``ray.init`` runs in a thread bounded by ``connect_timeout`` (Ray's client retries
+  for ~30 s, a driver waits for a GCS for minutes). A connection this placement opened is
+  closed after the run; one the caller opened is used and left open.
+* **The start**: every actor is created and reports where it runs (its constructor has
+  imported the HTTP stack); then every one gets the same ``start_at`` = now + ``start_margin``
+  (the nodes' clocks must agree to well under that: NTP does).
+* **A lost worker**: an actor whose node died, or that was killed, raises in
+  ``ray.get``; its share comes back as :meth:`ShareResult.lost` saying which actor on which
+  node and what Ray said, the other shares' results are kept and the run is partial. An actor
+  the cluster cannot place within ``ready_timeout`` (fewer free CPUs than shares) and one
+  still running ``max_seconds`` + :data:`~.GRACE_S` after the start are lost too (killed).
+* **The nodes** need ``pytest-k3accept`` importable with the same version as here (the actor
+  class is this module's) and the client's Ray and Python versions equal to the cluster's.
+
+``ShareResult.worker`` says where each share ran: ``ray actor 1a2b3c4d on node 10.0.0.7
+(5e6f7a8b), pid 4242``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Sequence
+
+from . import GRACE_S, PlacementError, ProgressCallback, Share, ShareResult
+
+#: what to install for this placement
+EXTRA = "pip install 'pytest-k3accept[ray]'"
+#: the Ray Client server's default port (``ray start --ray-client-server-port``)
+CLIENT_PORT = 10001
+#: seconds between the agreed start and the moment it is agreed
+START_MARGIN = 0.5
+#: seconds ``ray.init`` may take
+CONNECT_TIMEOUT = 30.0
+#: seconds the cluster may take to place every actor and have it ready
+READY_TIMEOUT = 120.0
+_POLL = 0.25
+_PROGRESS_EVERY = 0.5
+
+
+def import_ray(cluster: str) -> Any:
+    """The ``ray`` module, or :class:`PlacementError` naming the extra."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise PlacementError(
+            f"cluster = {cluster!r} places the load's processes on a Ray cluster, but Ray "
+            f"is not installed here ({exc}): {EXTRA} (or the Ray version the cluster runs: "
+            "a Ray client must match it)") from None
+
+
+def address_of(cluster: str) -> str:
+    """What ``ray.init`` is given: ``"auto"`` is ``RAY_ADDRESS`` when set, else ``"auto"``."""
+    if cluster == "auto":
+        return os.environ.get("RAY_ADDRESS", "").strip() or "auto"
+    return cluster
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a ``ray://HOST[:PORT]`` address (default port 10001), else None."""
+    if not address.startswith("ray://"):
+        return None
+    rest = address[len("ray://"):].split("/", 1)[0]
+    host, _, port = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    return host.strip("[]"), int(port) if port.isdigit() else CLIENT_PORT
+
+
+def probe(cluster: str, address: str, timeout: float) -> None:
+    """Raise :class:`PlacementError` when nothing accepts TCP at a ``ray://`` address."""
+    where = host_port(address)
+    if where is None:
+        return
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except OSError as exc:
+        raise PlacementError(
+            f"Ray cluster {cluster!r} is not reachable: nothing accepts connections at "
+            f"{where[0]}:{where[1]} ({type(exc).__name__}: {exc}); is the head node up and "
+            "its Ray Client server port reachable from here (ray start --head "
+            "--ray-client-server-port PORT)?") from None
+
+
+def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
+    """Connect to ``cluster`` within ``timeout`` s; True when this call opened the
+    connection (then the caller closes it), False when Ray was already initialized."""
+    if ray.is_initialized():
+        return False
+    address = address_of(cluster)
+    shown = cluster if address == cluster else f"{cluster} = {address}"
+    t0 = time.monotonic()
+    probe(shown, address, min(5.0, timeout))
+    failed: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
+                     namespace="k3accept")
+        except BaseException as exc:  # noqa: BLE001 - a GCS that never answers: SystemExit
+            failed.append(exc)
+    thread = threading.Thread(target=init, name="k3-ray-connect", daemon=True)
+    thread.start()
+    thread.join(max(0.1, timeout - (time.monotonic() - t0)))
+    versions = (f"this client runs Ray {getattr(ray, '__version__', '?')} on Python "
+                f"{'.'.join(map(str, __import__('sys').version_info[:3]))}, which the "
+                "cluster's must match")
+    if thread.is_alive():
+        raise PlacementError(f"Ray cluster {shown!r} did not answer within {timeout:g} s "
+                             f"(ray.init still waiting); check the address ({versions})")
+    if failed:
+        exc = failed[0]
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise PlacementError(f"Ray cluster {shown!r}: connecting failed after "
+                             f"{time.monotonic() - t0:.1f} s: {type(exc).__name__}: {said} "
+                             f"({versions})")
+    return True
+
+
+class _ShareWorker:
+    """The actor: one share, run when :meth:`run` is called (a threaded actor: ``progress``
+    answers while ``run`` runs)."""
+
+    def __init__(self, share: Share) -> None:
+        from ...endpoint import client as _client  # noqa: F401 - the HTTP stack, before ready
+
+        self.share = share
+        self.counts = (0, 0, 0)
+        self.label = ""
+
+    def where(self) -> str:
+        """Where this actor runs: actor, node IP and id, pid."""
+        ray = importlib.import_module("ray")
+        ctx = ray.get_runtime_context()
+        self.label = (f"ray actor {str(ctx.get_actor_id())[:8]} on node "
+                      f"{ray.util.get_node_ip_address()} ({str(ctx.get_node_id())[:8]}), "
+                      f"pid {os.getpid()}")
+        return self.label
+
+    def run(self, start_at: float) -> ShareResult:
+        """Run the share from ``start_at``; its result (through the object store)."""
+        from ..shares import run_share_sync
+
+        def report(done: int, errors: int, in_flight: int) -> None:
+            self.counts = (done, errors, in_flight)
+        result = run_share_sync(self.share, start_at, report=report)
+        result.worker = self.label or result.worker
+        return result
+
+    def progress(self) -> tuple[int, int, int]:
+        """(done, errors, in flight) of the running share."""
+        return self.counts
+
+
+def _what(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:400]}"
+
+
+class RayPlacement:
+    """One Ray actor per share on ``cluster`` (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, cluster: str, *, connect_timeout: float = CONNECT_TIMEOUT,
+                 ready_timeout: float = READY_TIMEOUT,
+                 start_margin: float = START_MARGIN) -> None:
+        self.cluster = cluster
+        self.connect_timeout, self.ready_timeout = connect_timeout, ready_timeout
+        self.start_margin = start_margin
+        self._ray: Any = None
+        self._owned = False
+        #: where each share of the last run ran (share order; "" when never placed)
+        self.where: list[str] = []
+        #: the live actor handles of the current run (share order), for tests
+        self.actors: list[Any] = []
+
+    def _connect(self) -> Any:
+        if self._ray is None:
+            ray = import_ray(self.cluster)
+            self._owned = connect(ray, self.cluster, self.connect_timeout)
+            self._ray = ray
+        return self._ray
+
+    def close(self) -> None:
+        """Close the connection this placement opened (none opened: nothing)."""
+        if self._ray is not None and self._owned:
+            self._ray.shutdown()
+        self._ray, self._owned = None, False
+
+    def capacity(self) -> int:
+        """CPUs of the cluster (connects: a :class:`PlacementError` says why not)."""
+        ray = self._connect()
+        try:
+            return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        except Exception as exc:  # noqa: BLE001 - connected, but the cluster is gone
+            self.close()
+            raise PlacementError(f"Ray cluster {self.cluster!r}: reading its resources "
+                                 f"failed: {_what(exc)}") from None
+
+    async def run(self, shares: Sequence[Share], *,
+                  progress: ProgressCallback | None = None) -> list[ShareResult]:
+        """Create one actor per share, start them at one instant, collect their results."""
+        ray = self._connect()
+        try:
+            return await self._run(ray, shares, progress)
+        finally:
+            for actor in self.actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            self.actors = []
+            self.close()
+
+    async def _run(self, ray: Any, shares: Sequence[Share],
+                   progress: ProgressCallback | None) -> list[ShareResult]:
+        remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0,
+                            max_concurrency=2)(_ShareWorker)
+        n = len(shares)
+        self.actors = [remote.options(scheduling_strategy="SPREAD").remote(s) for s in shares]
+        self.where = [""] * n
+        results: dict[int, ShareResult] = {}
+        t_ready = time.time()
+        pending = {s.index: self.actors[k].where.remote() for k, s in enumerate(shares)}
+        while pending:
+            done = await self._wait(ray, list(pending.values()))
+            for k, s in enumerate(shares):
+                ref = pending.get(s.index)
+                if ref is None or ref not in done:
+                    continue
+                del pending[s.index]
+                try:
+                    self.where[k] = str(ray.get(ref))
+                except Exception as exc:  # noqa: BLE001 - could not start: lost
+                    results[s.index] = ShareResult.lost(
+                        s.index, f"worker {s.index + 1} of {n} (a Ray actor) could not "
+                        f"start: {_what(exc)}; the other shares' records are kept")
+            waited = time.time() - t_ready
+            if pending and waited > self.ready_timeout:
+                free = ray.available_resources().get("CPU", 0)
+                for index in list(pending):
+                    del pending[index]
+                    results[index] = ShareResult.lost(
+                        index, f"worker {index + 1} of {n} (a Ray actor) was not placed "
+                        f"and ready within {self.ready_timeout:g} s (the cluster has "
+                        f"{free:g} CPUs free; each share needs one); the other shares' "
+                        "records are kept")
+        start_at = time.time() + self.start_margin
+        running = {s.index: (k, self.actors[k].run.remote(start_at))
+                   for k, s in enumerate(shares) if s.index not in results}
+        deadline = start_at + max(s.max_seconds for s in shares) + GRACE_S
+        next_progress = time.time() + _PROGRESS_EVERY
+        while running:
+            done = await self._wait(ray, [ref for _, ref in running.values()])
+            for index, (k, ref) in list(running.items()):
+                if ref not in done:
+                    continue
+                del running[index]
+                try:
+                    results[index] = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - the actor or its node died
+                    results[index] = ShareResult.lost(
+                        index, f"worker {index + 1} of {n} ({self.where[k] or 'a Ray actor'})"
+                        f" was lost mid-run, {time.time() - start_at:.1f} s after the start: "
+                        f"{_what(exc)}; its records are lost, the other shares' are kept",
+                        worker=self.where[k], elapsed=max(0.0, time.time() - start_at))
+            if running and time.time() > deadline:
+                for index, (k, _) in list(running.items()):
+                    del running[index]
+                    ray.kill(self.actors[k], no_restart=True)
+                    results[index] = ShareResult.lost(
+                        index, f"worker {index + 1} of {n} ({self.where[k]}) was still "
+                        f"running {GRACE_S:g} s past its max_seconds, stopped; its records "
+                        "are lost, the other shares' are kept", worker=self.where[k],
+                        elapsed=max(0.0, time.time() - start_at))
+            if progress is not None and running and time.time() >= next_progress:
+                next_progress = time.time() + _PROGRESS_EVERY
+                await self._progress(ray, running, progress)
+        return [results[s.index] for s in shares]
+
+    async def _wait(self, ray: Any, refs: list[Any]) -> set[Any]:
+        """The refs of ``refs`` that are ready within a poll (waited in a thread: the
+        controller's event loop keeps sampling ``/metrics`` meanwhile)."""
+        ready, _ = await asyncio.to_thread(ray.wait, refs, num_returns=len(refs),
+                                           timeout=_POLL)
+        return set(ready)
+
+    async def _progress(self, ray: Any, running: dict[int, tuple[int, Any]],
+                        progress: ProgressCallback) -> None:
+        asked = {index: self.actors[k].progress.remote() for index, (k, _) in running.items()}
+        try:
+            counts = await asyncio.to_thread(ray.get, list(asked.values()), timeout=2.0)
+        except Exception:  # noqa: BLE001 - a dying actor: its result says so
+            return
+        for index, (done, errors, in_flight) in zip(asked, counts):
+            try:
+                progress(index, done, errors, in_flight)
+            except Exception:  # noqa: BLE001 - a broken printer must not end the run
+                pass
