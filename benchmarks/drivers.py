@@ -52,10 +52,13 @@ def skipped(tool: str, mode: str, why: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ the plugin's runner
 
 async def _runner(url: str, conc: int | None, rate: float | None, n: int, warm: int,
-                  chunks: int, cap: float) -> dict[str, Any]:
+                  chunks: int, cap: float, procs: int = 1) -> dict[str, Any]:
     from pytest_k3accept.observe.endpoint.client import K3Client
     from pytest_k3accept.observe.load.profile import LoadProfile
     from pytest_k3accept.observe.load.runner import run_load
+
+    if procs > 1:
+        return await _split(url, conc, rate, n, warm, chunks, cap, procs)
 
     req = [{"messages": [{"role": "user", "content": PROMPT}], "max_tokens": chunks}]
     base = LoadProfile(name="bench", output_tokens=chunks, ignore_eos=False,
@@ -73,6 +76,48 @@ async def _runner(url: str, conc: int | None, rate: float | None, n: int, warm: 
     s = res.summary
     return row("k3accept runner", "", s["ok"], s["errors"], res.elapsed,
                res.achieved_concurrency["mean"], s["ttft"], cpu)
+
+
+async def _split(url: str, conc: int | None, rate: float | None, n: int, warm: int,
+                 chunks: int, cap: float, procs: int) -> dict[str, Any]:
+    """The runner over ``procs`` worker processes (``processes = procs``, LocalPlacement).
+
+    CPU per request counts the run only: this process's CPU over ``run_load`` (spawning,
+    the start handshake, polling, merging) plus each worker's CPU over its share
+    (``client_cpu_by_process``); the workers' interpreter start and imports (before the
+    agreed start) are measured apart, from ``RUSAGE_CHILDREN``, and given in the note."""
+    import resource
+
+    from pytest_k3accept.observe.endpoint.discover import Endpoint
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.runner import run_load
+
+    req = [{"messages": [{"role": "user", "content": PROMPT}], "max_tokens": chunks}]
+    base = LoadProfile(name="bench", output_tokens=chunks, ignore_eos=False,
+                       max_seconds=cap, timeout=None)
+    prof = (base.replace("bench", concurrency=conc, rate=rate, requests=n, seed=1,
+                         processes=procs) if rate else
+            base.replace("bench", concurrency=conc, requests=n, processes=procs))
+    ep = Endpoint(url.removesuffix("/v1/chat/completions"), MODEL, timeout=60.0)
+    if warm:  # the server's side warmed as for one process (the workers start fresh)
+        await run_load(ep, req, base.replace("bench", concurrency=conc or 1, requests=warm),
+                       metrics=False)
+    gc.collect()
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0 = time.process_time()
+    res = await run_load(ep, req, prof, metrics=False)
+    own = time.process_time() - c0
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    s = res.summary
+    shares = [c * res.elapsed for c in s["client_cpu_by_process"] if c is not None]
+    workers = sum(shares)
+    children = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+    note = (f"{procs} processes: workers {workers:.2f} s CPU over the run, "
+            f"+{max(0.0, children - workers):.2f} s start-up (not counted)"
+            + (f"; PARTIAL: {s['partial']}" if s.get("partial") else "")
+            + ("; client-limited" if s.get("client_limited") else ""))
+    return row(f"k3accept runner x{procs}", "", s["ok"], s["errors"], res.elapsed,
+               res.achieved_concurrency["mean"], s["ttft"], own + workers, note=note)
 
 
 # ------------------------------------------------------------------ raw aiohttp
@@ -164,11 +209,13 @@ async def _raw(url: str, conc: int | None, rate: float | None, n: int, warm: int
 
 
 def run_inproc(tool: str, url: str, *, conc: int | None, rate: float | None, n: int,
-               warm: int, chunks: int, cap: float) -> dict[str, Any]:
-    """Run ``tool`` ("runner" or "raw") for one phase in a fresh event loop."""
-    fn = _runner if tool == "runner" else _raw
+               warm: int, chunks: int, cap: float, procs: int = 1) -> dict[str, Any]:
+    """Run ``tool`` ("runner" or "raw") for one phase in a fresh event loop; the runner
+    over ``procs`` worker processes when ``procs`` > 1."""
     try:
-        return asyncio.run(fn(url, conc, rate, n, warm, chunks, cap))
+        if tool == "runner":
+            return asyncio.run(_runner(url, conc, rate, n, warm, chunks, cap, procs))
+        return asyncio.run(_raw(url, conc, rate, n, warm, chunks, cap))
     except Exception as exc:  # noqa: BLE001 - a broken phase is a row, not a crash
         name = "k3accept runner" if tool == "runner" else "raw aiohttp"
         return skipped(name, "", f"failed: {type(exc).__name__}: {exc}")

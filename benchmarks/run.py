@@ -14,6 +14,8 @@ testbed: client vs server clock) and the plugin's own overhead. Prints one table
     python benchmarks/run.py --quick         # CI: small counts, time caps, < ~2 min
     python benchmarks/run.py --requests 64=5000,512=8000 --rate 600 --no-peers
     python benchmarks/run.py --no-install    # a missing peer is a row, not an install
+    python benchmarks/run.py --processes 1,2 --no-peers --no-accuracy --no-overhead
+                                             # the runner over 1 and 2 worker processes
     tox -e bench -- --quick
 """
 
@@ -121,13 +123,17 @@ def throughput(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
         log(f"# stub {srv.base_url} chunks={a.chunks} (own process)")
         for label, conc, rate, n in modes(a):
             warm = min(n, max(conc or 8, 8))
-            got: dict[str, list[dict[str, Any]]] = {"raw": [], "runner": []}
+            # the runner once per --processes count ("runner" = 1 process)
+            tools = ["raw", *(f"runner x{p}" if p > 1 else "runner" for p in a.processes)]
+            got: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
             for i in range(a.repeats):
-                for tool in (("raw", "runner") if i % 2 == 0 else ("runner", "raw")):
+                for tool in (tools if i % 2 == 0 else tools[::-1]):
+                    procs = int(tool.partition(" x")[2] or 1)
                     got[tool].append(drivers.run_inproc(
-                        tool, srv.url if tool == "raw" else srv.base_url, conc=conc,
-                        rate=rate, n=n, warm=warm, chunks=a.chunks, cap=a.cap))
-            for tool in ("raw", "runner"):
+                        tool.partition(" ")[0], srv.url if tool == "raw" else srv.base_url,
+                        conc=conc, rate=rate, n=n, warm=warm, chunks=a.chunks, cap=a.cap,
+                        procs=procs))
+            for tool in tools:
                 rows.append(best(got[tool]) | {"mode": label})
                 log(table([rows[-1]]).splitlines()[-1])
             for name, fn in peers.PEERS.items():
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="open-loop request rate per second (default 400; 0 = no rate mode)")
     ap.add_argument("--requests", help="counts per mode, e.g. 1=300,64=3000,512=5000,rate=3000")
     ap.add_argument("--chunks", type=int, default=16, help="streamed chunks per response")
+    ap.add_argument("--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1],
+                    help="the runner over these worker process counts, e.g. 1,2 (default 1)")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (3; quick 1)")
     ap.add_argument("--cap", type=float, default=None, help="seconds per in-process phase")
     ap.add_argument("--peer-cap", type=float, default=None, help="seconds per peer run")
