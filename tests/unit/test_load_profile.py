@@ -191,9 +191,11 @@ def test_examples_in_the_docs_are_valid() -> None:
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "load.md").read_text()
     blocks = [decode(b, "toml", "docs/load.md") for b in re.findall(r"```toml\n(.*?)```", text, re.S)]
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     assert len(expand_agent_set(blocks[0], "docs")) == 4
     assert LoadProfile.from_mapping(blocks[1], "docs").concurrency == 16
     soak = LoadProfile.from_mapping(blocks[2], "docs")  # "Long runs: a soak's memory"
     assert soak.name == "soak" and soak.max_seconds == 3600
     assert LoadProfile.from_mapping(blocks[3], "docs").processes == 2  # "Past one process"
+    ray = LoadProfile.from_mapping(blocks[4], "docs")  # "Past one machine"
+    assert (ray.processes, ray.cluster) == (8, "ray://head:10001")

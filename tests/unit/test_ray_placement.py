@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -173,3 +173,18 @@ def test_run_load_with_an_unreachable_cluster_says_so_before_sending() -> None:
                                              rf"127.0.0.1:{port}"):
         asyncio.run(run_load(Endpoint("http://127.0.0.1:9", "m"), [request], profile))
     assert time.monotonic() - t0 < 5
+
+
+def test_a_cluster_places_even_one_process() -> None:
+    from pytest_k3accept.observe.endpoint.discover import Endpoint
+    from pytest_k3accept.observe.load import split
+
+    class Cluster:
+        name = "ray"
+
+        def capacity(self) -> int:
+            return 4
+
+    ep, place = Endpoint("http://127.0.0.1:9", "m"), cast(Any, Cluster())
+    assert split.workers(ep, LoadProfile(cluster="ray://head:1"), place)[:2] == (1, place)
+    assert split.workers(ep, LoadProfile(), place) == (1, None, None)  # no cluster: here

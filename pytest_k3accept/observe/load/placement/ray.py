@@ -11,8 +11,9 @@ store. Nothing of a protocol of its own: Ray's client, actors and object store.
 * **Connecting**: ``"ray://HOST:PORT"`` through the Ray Client (this process stays a client,
   not a node of the cluster), ``"auto"``: ``RAY_ADDRESS``, else the cluster running on this
   machine (``ray.init(address="auto")``). A TCP probe first says at once that nothing
-  listens; ``ray.init`` runs in a thread bounded by ``connect_timeout`` (Ray's client retries
-  for ~30 s, a driver waits for a GCS for minutes). A connection this placement opened is
+  listens; ``ray.init`` runs in a thread bounded by ``connect_timeout`` (60 s: the Ray Client
+  server starts a server process per client, seconds on a busy machine; Ray's own client gives
+  up after ~30 s of no answer, a driver waits for a GCS for minutes). A connection this placement opened is
   closed after the run; one the caller opened is used and left open.
 * **The start**: every actor is created and reports where it runs (its constructor has
   imported the HTTP stack); then every one gets the same ``start_at`` = now + ``start_margin``
@@ -49,7 +50,7 @@ CLIENT_PORT = 10001
 #: seconds between the agreed start and the moment it is agreed
 START_MARGIN = 0.5
 #: seconds ``ray.init`` may take
-CONNECT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 60.0
 #: seconds the cluster may take to place every actor and have it ready
 READY_TIMEOUT = 120.0
 _POLL = 0.25

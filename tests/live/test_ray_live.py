@@ -1,0 +1,108 @@
+"""A split load run placed on a REAL Ray cluster (issue 20 item 4): a head node and a worker
+node started on loopback (tests/live/ray_cluster.py), the session's real vLLM CPU testbed as
+the server, ``processes = 2`` with ``cluster = "ray://..."``.
+
+* the two shares run as Ray actors on the two nodes (SPREAD), the record says where, and the
+  merged result is the run's: every request counted once, the token counts equal the
+  server's own counter deltas, each percentile the one of all records;
+* a worker node killed mid-run (SIGKILL of its raylet and workers) leaves a partial run: the
+  other share's records are kept, the lost one is said (which actor on which node, what Ray
+  said), ``partial`` and ``lost_requests`` in the summary. This test kills the worker node,
+  so it runs last in the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_k3accept.observe.endpoint.discover import discover
+from pytest_k3accept.observe.load import stats
+from pytest_k3accept.observe.load.placement import PlacementError
+from pytest_k3accept.observe.load.placement.ray import RayPlacement
+from pytest_k3accept.observe.load.profile import load as load_profile
+from pytest_k3accept.observe.load.result import Progress
+from pytest_k3accept.observe.load.runner import run_load
+
+import ray_cluster
+
+pytestmark = [pytest.mark.live]
+
+DATA = Path(__file__).resolve().parents[2] / "pytest_k3accept" / "data"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ray_cluster.RayCluster]:
+    """A head and one worker node, one CPU each, on loopback."""
+    with ray_cluster.start(workers=1) as running:
+        print(f"\nloopback Ray cluster of 2 nodes up in {running.started_in:.1f} s")
+        yield running
+
+
+def _profile(**values: Any) -> Any:
+    return load_profile(DATA / "agent_profile.toml").replace(
+        "test", processes=2, concurrency=2, max_seconds=120, **values)
+
+
+@pytest.mark.asyncio
+async def test_two_processes_on_two_ray_nodes(testbed: Any,
+                                              cluster: ray_cluster.RayCluster) -> None:
+    ep = discover(testbed.base_url)
+    profile = _profile(requests=12, cluster=cluster.client)  # the profile's cluster: Ray
+    try:
+        result = await run_load(ep, None, profile)
+    except PlacementError as exc:
+        pytest.fail(f"{exc}\n{cluster.client_logs()}", pytrace=False)
+    s, srv = result.summary, result.server
+    assert s["processes"] == 2 and s["placement"] == "ray" and not s.get("partial"), s
+    # one actor per node (SPREAD): the record says where each share ran
+    where = result.as_dict()["summary"]["workers"]
+    assert len(where) == 2 and all(w.startswith("ray actor ") for w in where), where
+    nodes = {cluster.head_id[:8], *(w[:8] for w in cluster.worker_ids)}
+    assert {w.split("(")[1].split(")")[0] for w in where} == nodes, (where, nodes)
+    # the merge: every request once, the server's own counters agree exactly
+    assert s["requests"] == s["ok"] == 12 and len(result.records) == 12, s["errors_by_kind"]
+    assert srv is not None, result.server_error
+    assert result.completion_tokens == 12 * 96  # the set's max_tokens, ignore_eos
+    assert srv["prompt_tokens"] == result.prompt_tokens
+    assert srv["generation_tokens"] == result.completion_tokens
+    assert sum(srv["successes"].values()) == 12
+    # exact percentiles over all records (not per share, not averaged)
+    again = stats.summarize(list(result.records), result.elapsed)
+    for figure in ("ttft", "e2e", "itl", "tpot"):
+        assert s[figure] == again[figure], figure
+    assert result.achieved_concurrency["max"] <= 2
+
+
+@pytest.mark.asyncio
+async def test_a_worker_node_lost_mid_run_keeps_the_rest(
+        testbed: Any, cluster: ray_cluster.RayCluster) -> None:
+    ep = discover(testbed.base_url)
+    profile = _profile(requests=40)
+    place = RayPlacement(cluster.client, connect_timeout=120)
+    killed = threading.Event()
+
+    def progress(p: Progress) -> None:
+        if p.done >= 4 and not killed.is_set():
+            killed.set()
+            cluster.kill_worker(0)
+    result = await asyncio.wait_for(
+        run_load(ep, None, profile, placement=place, progress=progress,
+                 progress_interval=0.5), 240)
+    s = result.summary
+    assert killed.is_set(), "the run ended before the worker node was killed"
+    lost = [k for k, w in enumerate(place.where)
+            if any(f"({wid[:8]})" in w for wid in cluster.worker_ids)]
+    assert len(lost) == 1, place.where
+    k = lost[0]
+    assert s["partial"], s
+    assert s["partial"].startswith(f"process {k + 1} of 2 lost: worker {k + 1} of 2 "
+                                   f"({place.where[k]}) was lost mid-run, ")
+    assert "its records are lost, the other shares' are kept" in s["partial"]
+    # the head node's share ran to its end: its 20 requests are the run's records
+    assert s["requests"] == s["ok"] == 20 and s["lost_requests"] == 20, s
+    assert all(r.ok for r in result.records)
