@@ -23,7 +23,8 @@ periodic stats, ``Dumping scheduler output``) and the outermost recognised frame
 traceback that follows it (``load_model``, ``profile_run``, ``run_busy_loop`` ...). A root
 cause (tier 1: out of memory, a device fault, a driver, argument or KV-sizing error) wins over
 a consequence (tier 2: a collective timing out, a killed worker; tier 3: "EngineCore
-encountered a fatal error", ``EngineDeadError``), and among equals the earliest line wins.
+encountered a fatal error", ``EngineDeadError``; tier 4: the dump of a step that raised),
+and among equals the earliest line wins.
 Lines that vLLM logged at DEBUG/INFO/WARNING level are never failure evidence, and neither is
 Ray's list of possible reasons for a dead worker ("may have been killed by the OOM killer").
 """
@@ -251,7 +252,7 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
     hits = scan.all_hits()
     if hits:
         hit = min(hits, key=lambda h: (h.tier, h.order))
-        if hit.tier == 3 and exit_code in _KILLED_EXIT:
+        if hit.tier >= 3 and exit_code in _KILLED_EXIT:  # an engine's death, no cause
             return _killed(scan, http, exit_code, notes)
         if hit.rule == "engine-dead" and exit_code in (None, 0) and \
                 enginecore.killed_from_outside(

@@ -110,11 +110,13 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
           r"Engine core initialization failed|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
-          r"The actor (?:is dead|died)\b|"  # Ray: the actor's worker process is gone
-          # V0's model runner saves the input of an execute_model that raised (logged at INFO);
-          # V1's dump_input logs the scheduler's state when a step raised
-          r"Writing input of failed execution to|Dumping (?:scheduler output|scheduler stats|"
-          r"input data for V1)")
+          r"The actor (?:is dead|died)\b")  # Ray: the actor's worker process is gone
+#: a step that raised, as vLLM reports it before (or instead of) the engine's death: V0's model
+#: runner saves the input of an execute_model that raised (logged at INFO); V1's dump_input
+#: logs the scheduler's state. Tier 4: the engine's own "fatal error" line, when it is there,
+#: is the line to quote (the dump is a long config line, not the failure)
+_STEP_DUMP = (r"Writing input of failed execution to|Dumping (?:scheduler output|scheduler stats|"
+              r"input data for V1)")
 
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
@@ -137,6 +139,7 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"Symbol not found: ", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
+    ("engine-dead", "fatal", 4, re.compile(_STEP_DUMP, _I)),
 )
 #: not evidence of anything: Ray's "may have been killed by the OOM killer", torch's shutdown
 #: warnings, the source line of a ``raise`` in a traceback
