@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_k3accept import testbed
-from pytest_k3accept.observe.server.launch import ServerProcess, free_port
+from pytest_k3accept.observe.server.launch import ServerProcess, _proc_table, free_port
 
 pytestmark = pytest.mark.live
 
@@ -44,19 +44,9 @@ def _post(url: str, body: dict[str, Any]) -> Any:
 
 
 def _group_alive(pgid: int) -> list[int]:
-    """Non-zombie processes whose process group is ``pgid``."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
+    """Non-zombie processes whose process group is ``pgid`` (the launcher's own /proc table)."""
+    return [pid for pid, (_ppid, group, state, _start) in _proc_table().items()
+            if state != "Z" and group == pgid]
 
 
 def test_testbed_server_serves_and_stops(testbed_ready: None, tmp_path: Path) -> None:
