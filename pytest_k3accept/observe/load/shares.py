@@ -59,19 +59,12 @@ async def run_share(share: Share, start_at: float, *,
         if ticker is not None:
             ticker.cancel()
         await client.aclose()
-    # (records, spans or the runner's in-flight meter, not sent): the records go back as a
-    # list (a store pickles as its records anyway)
-    finished: Any = run.finish(t_end)
-    recs, measured, not_sent = finished
+    # records, spans and not sent as lists: the spans go back for the merged concurrency,
+    # the records as a list (a store pickles as its records anyway)
+    records, measured, not_sent = run.finish(t_end)
     elapsed = t_end - t0
-    if isinstance(measured, list):
-        spans = [(s - t0, e - t0) for s, e in measured]
-        achieved = stats.concurrency(spans, elapsed)
-    else:
-        spans, achieved = [], measured.result(elapsed)
-    records = list(recs)
-    if hasattr(recs, "close"):
-        recs.close()
+    spans = [(s - t0, e - t0) for s, e in measured]
+    achieved = stats.concurrency(spans, elapsed)
     return ShareResult(share.index, records=records, elapsed=elapsed, cpu_seconds=cpu,
                        spans=spans, stopped_by=stopped_by, not_sent=not_sent,
                        lag=run.schedule_lag, span=run.schedule_span, started_at=started_at,
