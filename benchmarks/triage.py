@@ -10,6 +10,11 @@ accuracy on the cases that label one, and every miss. Splits (see the corpus REA
 ``tune``, ``tune-2``, ``tune-3`` ... (cases some round of rules was tuned on) and ``heldout-N``
 (added after the latest round was frozen, never tuned on); "held-out" figures count only the
 ``heldout*`` splits.
+
+Two labels per case (corpus README): ``expected``, what the excerpt alone shows (the figures
+above), and ``thread_cause``, what its thread concluded; the same accuracies against
+``thread_cause`` are printed too, with the confusion of ``thread_cause`` against ``expected``
+(where an excerpt lacks the line that decides its thread's cause).
 """
 
 from __future__ import annotations
@@ -63,12 +68,18 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     held = [r for r in rows if _held_out(r)]
     held_ok = sum(r["got"] == r["expected"] for r in held)
     out.append(f"held out (never tuned on): {_pct(held_ok, len(held))}")
+    for name, part in (("overall", rows), ("held out", held)):
+        out.append(f"{name} against thread_cause: "
+                   f"{_pct(sum(r['got'] == r['thread_cause'] for r in part), len(part))}")
     staged = [r for r in rows if r.get("phase")]
     out.append(f"phase (cases that label one): "
                f"{_pct(sum(r['got_stage'] == r['phase'] for r in staged), len(staged))}")
     critical = [r for r in rows if r["expected"] in CRITICAL and r["got"] in CRITICAL
                 and r["got"] != r["expected"]]
     out.append(f"confused between {', '.join(CRITICAL)}: {len(critical)}")
+    critical_tc = [r for r in rows if r["thread_cause"] in CRITICAL and r["got"] in CRITICAL
+                   and r["got"] != r["thread_cause"]]
+    out.append(f"  the same against thread_cause: {len(critical_tc)}")
     out.append("")
     by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -99,6 +110,10 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
         for cat in CATEGORIES:
             out.append(f"  {cat:<19}" + " ".join(f"{counts[(cat, g)] or '.':>5}"
                                                  for g in CATEGORIES))
+    cut = Counter((r["thread_cause"], r["expected"]) for r in rows
+                  if r["thread_cause"] != r["expected"])
+    out += ["", "excerpt lacks the deciding line (thread_cause -> expected: cases)"]
+    out += [f"  {tc} -> {ex}: {n}" for (tc, ex), n in sorted(cut.items())]
     misses = [r for r in rows if r["got"] != r["expected"]]
     if misses:
         out += ["", "misses:"]

@@ -202,3 +202,43 @@ def test_same_evidence_same_verdict_with_noise_around_it(case: str, before: list
 def test_classify_never_crashes_on_arbitrary_bytes(data: bytes, exit_code: int | None) -> None:
     cls = classify(data, exit_code=exit_code)
     assert cls.category in CATEGORIES and cls.advice
+
+
+def test_a_traceback_cut_before_its_message_is_serving_only_after_init() -> None:
+    # round 6 (tune-4 h3-serving-xinference-v0-start-background-loop, tune-6
+    # h6-serving-v091-docker-workerproc-exception-stats): the engine raised while serving, the
+    # message is below the excerpt; before init the same frames say nothing about the cause
+    tb = (E + "Traceback (most recent call last):\n"
+          + E + '  File "/v/vllm/v1/engine/core.py", line 1, in step\n')
+    served = START + LOADED + INIT + "(APIServer pid=1) INFO:     1.2.3.4:5 - \"POST /v1/chat/" \
+        "completions HTTP/1.1\" 200 OK\n" + tb
+    after = classify(served, ended=True)
+    assert (after.category, after.rule, after.stage) == ("serving", "traceback-after-init",
+                                                          "serving")
+    before = classify(START + LOADED + tb, ended=True)
+    assert (before.category, before.rule) == ("unknown", "log-ends-in-error")
+
+
+def test_rank_prefixed_and_faulthandler_frames_are_part_of_the_failure() -> None:
+    # torch's "[rank0]:" prefix (tune-6 h6-unknown-v05-bench-profile-run-frames) and CPython's
+    # faulthandler stack ("line 99 in __init__", tune-6 h6-unknown-v1-ray-faulthandler-pynccl-init)
+    ranked = ('[rank0]:   File "/v/vllm/worker/worker.py", line 179, in '
+              'determine_num_available_blocks\n[rank0]:     self.model_runner.profile_run()\n')
+    cls = classify(ranked, ended=True)
+    assert (cls.category, cls.stage) == ("unknown", "kv-sizing")
+    fault = ('(RayWorkerWrapper pid=3, ip=10.0.0.2)   File "/v/vllm/distributed/device_'
+             'communicators/pynccl.py", line 99 in __init__\n')
+    assert classify(fault, ended=True).category == "unknown"
+    assert classify("  File \"x.py\", line 3, in f\n", ended=False).category == "none"
+
+
+def test_hccl_is_an_interconnect_and_a_dead_ray_actor_is_no_cause() -> None:
+    # tune-6 h6-conn-ascend-qwen3vl-two-node-hccl-worker-failed (vllm-ascend#3367); a dead Ray
+    # actor says only that its process is gone (tune-6 h6-unknown-verl-actor-died-connection-eof)
+    hccl = (E + "RuntimeError: Worker failed with error 'create_config:build/CMakeFiles/torch_npu"
+            ".dir/compiler_depend.ts:148 HCCL function error: hcclCommInitRootInfoConfig(numRanks,"
+            " &rootInfo, rank, config, &(comm->hcclComm_)), error code is 1\n")
+    assert classify(hccl, ended=True).category == "connection"
+    actor = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    died = classify(actor, ended=True)
+    assert (died.category, died.rule) == ("unknown", "engine-dead")

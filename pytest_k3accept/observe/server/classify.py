@@ -38,7 +38,8 @@ from typing import Any, Iterable
 from . import enginecore
 from .logread import LogLine, clean, split_lines
 from .timeline import Timeline, line_time
-from .triage.patterns import AFTER_INIT, BEFORE, KV, LOADING, SERVING, STAGES, unwrap
+from .triage.patterns import AFTER_INIT, BEFORE, FRAME, KV, LOADING, SERVING, STAGES, TRACEBACK, \
+    unwrap
 from .triage.scan import ACCESS_5XX, FOLLOW, Hit, Scanner
 
 __all__ = ["CATEGORIES", "ADVICE", "Quote", "HttpObservations", "Classification", "classify",
@@ -358,9 +359,14 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
                               "client-connection", "inferred", exit_code, notes,
                               stage=STAGES[stage])
     if ended and exit_code is None and scan.tail and scan.tail[-1].lineno >= scan.last_activity:
-        return Classification("unknown", phase, tuple(_last_errors(scan)), ADVICE["unknown"],
-                              "log-ends-in-error", "inferred", exit_code, notes,
-                              stage=STAGES[stage])
+        # a traceback after init (its message cut off): the engine failed while serving, cause
+        # not shown; before init the same tail could be any of loading, KV sizing or a bug
+        raised = stage >= AFTER_INIT and any(
+            TRACEBACK.search(ln.text) or FRAME.match(unwrap(ln.text)) for ln in scan.tail)
+        category = "serving" if raised else "unknown"
+        return Classification(category, phase, tuple(_last_errors(scan)), ADVICE[category],
+                              "traceback-after-init" if raised else "log-ends-in-error",
+                              "inferred", exit_code, notes, stage=STAGES[stage])
     seen = bool(tl.events) or scan.stage > BEFORE
     return Classification("none", phase if seen else "no startup observed", (),
                           ADVICE["none"], "no-failure", "matched", exit_code, notes,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+           "FAULT_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
            "wrapped_match"]
 
@@ -100,7 +101,10 @@ _INTERCONNECT = (
     r"Gloo connectFullMesh failed|(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|"
     r"refused)|RPC call to \w+ timed out|shm_broadcast\.py\", line \d+, in (?:acquire_read|"
     r"dequeue)|No available shared memory broadcast block|RayChannelTimeoutError|"
-    r"GetTimeoutError|ActorDiedError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)")
+    r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
+    # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
+    # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
+    r"HCCL function error|call hccl api failed")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -110,7 +114,8 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
           r"Engine core initialization failed|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
-          r"The actor (?:is dead|died)\b")  # Ray: the actor's worker process is gone
+          # Ray: the actor's worker process is gone (why is not said: Ray only lists guesses)
+          r"The actor (?:is dead|died)\b|ActorDiedError")
 #: a step that raised, as vLLM reports it before (or instead of) the engine's death: V0's model
 #: runner saves the input of an execute_model that raised (logged at INFO); V1's dump_input
 #: logs the scheduler's state. Tier 4: the engine's own "fatal error" line, when it is there,
@@ -175,7 +180,7 @@ TRIGGERS = (
     "heartbeat", "distbackend", "ibv_", "rdma", "mlx5", "deepep", "pplx", "nvshmem", "all2all",
     "all-to-all", "alltoall", "gloo", "tcpstore", "c10d", "rendezvous", "rpc call",
     "shm_broadcast", "broadcast block", "timeouterror", "actordied", "raysystem",
-    "connection reset", "importerror", "modulenotfound", "undefined symbol", "killed", "137",
+    "connection reset", "hccl", "importerror", "modulenotfound", "undefined symbol", "killed", "137",
     "-9", "sigkill", "signal 9", "engine", "died", "worker failed", "dead", "background loop",
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
     "frontend process", "core dumped", "the actor", "swap space",
@@ -190,7 +195,11 @@ def may_match(text: str) -> bool:
 
 
 FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?'
-                   r'\s*File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
+                   r'\s*(?:\[rank\d+\]:\s*)?File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
+#: a frame of a stack that CPython's faulthandler dumps for a fatal signal ("Fatal Python error:
+#: Segmentation fault" ... 'File "x.py", line 514 in begin_forward', most recent call first):
+#: part of the failure's tail, but not read for the stage (the innermost frame comes first)
+FAULT_FRAME = re.compile(r'^\s*File "[^"]+", line \d+ in \w+')
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)", _I)
 
 #: (stage, pattern): the stage a line shows the server had reached (frames: see FRAME_STAGE)

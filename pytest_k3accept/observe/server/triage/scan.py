@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, \
-    RULES, SPECULATION, TRACEBACK, may_match, unwrap, wrapped_match
+from .patterns import FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, \
+    QUIET_EVIDENCE, RULES, SPECULATION, TRACEBACK, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -121,7 +121,8 @@ class Scanner:
         elif not NOT_EVIDENCE.search(text):
             self._rules(line, text)
             if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text) \
-                    or FRAME.match(text):  # a posted traceback can lack its header and level
+                    or FRAME.match(text) or FAULT_FRAME.match(text):
+                # a posted traceback can lack its header and level
                 self.tail.append(line)
             if EXCEPTION.search(text):
                 (self.exceptions if len(self.exceptions) < MAX_EXCEPTIONS
