@@ -22,40 +22,20 @@ CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("ut
 
 #: id -> why the classifier's answer differs from the label (each an honest limit, not a bug)
 KNOWN_MISSES = {
-    # held-out batch 2 (tune-4 and heldout-2): mostly excerpts cut above their deciding line
-    "h3-servingoom-ascend-qwen25vl72b-request": "the NPU OOM line is cut: read as an engine death "
-                                                "while serving (serving, not serving-oom)",
-    "h3-serving-v072-sampler-illegal-access": "frames in the sampler only: nothing shows init "
-                                              "had completed",
+    # heldout-2 (what remains after the excerpt-only labels of round 6, corpus README)
     "h3-serving-v043-journald-zh-chatglm": "journald's localised month name is not "
-                                           "unwrapped, so no frame is read",
-    "h3-kv-v02-gpu-blocks-then-traceback": "cut before the max-seq-len ValueError",
-    "h3-kv-v05-1m-context-after-weights": "weights loaded, then a traceback cut before its OOM",
+                                           "unwrapped, so no frame is read: 'none'",
     "h3-none-v050-404-wrong-endpoint": "category right; phase: the stats lines read as serving, "
                                        "labelled after-init (only 404s were answered)",
     # batch 3 (tune-5 and heldout-3), as round 4 first read them
-    "h4-servingoom-club3090-v020-busy-loop-dead": "the OOM line is above the excerpt: an engine "
-                                                  "death in run_busy_loop reads as serving",
-    "h4-conn-v019-qwen35-tp2-pynccl-communicator": "frames creating the PyNccl communicator only, "
-                                                   "the NCCL line cut",
-    "h4-conn-v0-ray-init-device-nccl-system-error": "frames of the Ray executor's init_device only, "
-                                                    "the NCCL line cut",
-    "h4-kv-v063-l20-llama32-vision-determine-blocks": "frames in determine_num_available_blocks, "
-                                                      "the OOM line cut",
-    "h4-kv-h100-96g-llama32-vision-mp-engine": "frames in determine_num_available_blocks, the OOM "
-                                               "line cut",
     "h4-serving-v043-async-random-sample-illegal": "the illegal access in the sampler: nothing "
                                                    "shows init had completed",
     "h4-serving-kv-offloading-swap-blocks-segfault": "'Segfault encountered' (not 'Segmentation "
                                                      "fault') in swap_blocks_batch",
-    "h4-kv-v07-whisper-gptq-profile-run": "weights loaded, profile run started, then a traceback "
-                                          "cut before its OOM",
     # batch 4 (heldout-4), as round 5 first read them
     "h5-kv-rocm-gfx1151-lemonade-kv-tensors-hip-oom": "lemonade's '<time> [Error] (Process) ' "
                                                       "prefix is not unwrapped, so the KV frames "
                                                       "are not read: an unplaced OOM",
-    "h5-kv-gpustack-v017-qwen35-vit-profile-hip-oom": "frames in the vision encoder's attention "
-                                                      "only, the OOM line cut",
     # batch 5 (heldout-5), as round 6 first read it
     "h6-unknown-v08-a10-workerproc-profile-run-frames": "round 6's traceback-after-init rule: the "
                                                         "outermost frame is V1's worker_busy_loop, "
