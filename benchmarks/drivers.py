@@ -24,9 +24,9 @@ MODEL = "stub-model"
 perf = time.perf_counter
 
 
-def body(chunks: int) -> dict[str, Any]:
-    """The request every in-process driver sends."""
-    return {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
+def body(chunks: int, prompt: str = PROMPT) -> dict[str, Any]:
+    """The request every in-process driver sends (``prompt``: the context axis's long one)."""
+    return {"model": MODEL, "messages": [{"role": "user", "content": prompt}],
             "max_tokens": chunks, "stream": True, "stream_options": {"include_usage": True}}
 
 
@@ -52,7 +52,8 @@ def skipped(tool: str, mode: str, why: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ the plugin's runner
 
 async def _runner(url: str, conc: int | None, rate: float | None, n: int, warm: int,
-                  chunks: int, cap: float, procs: int = 1) -> dict[str, Any]:
+                  chunks: int, cap: float, procs: int = 1,
+                  prompt: str = PROMPT) -> dict[str, Any]:
     from pytest_k3accept.observe.endpoint.client import K3Client
     from pytest_k3accept.observe.load.profile import LoadProfile
     from pytest_k3accept.observe.load.runner import run_load
@@ -60,7 +61,7 @@ async def _runner(url: str, conc: int | None, rate: float | None, n: int, warm: 
     if procs > 1:
         return await _split(url, conc, rate, n, warm, chunks, cap, procs)
 
-    req = [{"messages": [{"role": "user", "content": PROMPT}], "max_tokens": chunks}]
+    req = [{"messages": [{"role": "user", "content": prompt}], "max_tokens": chunks}]
     base = LoadProfile(name="bench", output_tokens=chunks, ignore_eos=False,
                        max_seconds=cap, timeout=None)
     closed = base.replace("bench", concurrency=conc or 1, requests=warm)
@@ -123,10 +124,10 @@ async def _split(url: str, conc: int | None, rate: float | None, n: int, warm: i
 # ------------------------------------------------------------------ raw aiohttp
 
 async def _raw(url: str, conc: int | None, rate: float | None, n: int, warm: int,
-               chunks: int, cap: float) -> dict[str, Any]:
+               chunks: int, cap: float, prompt: str = PROMPT) -> dict[str, Any]:
     import aiohttp
 
-    payload = json.dumps(body(chunks)).encode()
+    payload = json.dumps(body(chunks, prompt)).encode()
     headers = {"content-type": "application/json", "accept-encoding": "identity"}
     loads = json.loads
     ttfts: list[float] = []
@@ -209,13 +210,14 @@ async def _raw(url: str, conc: int | None, rate: float | None, n: int, warm: int
 
 
 def run_inproc(tool: str, url: str, *, conc: int | None, rate: float | None, n: int,
-               warm: int, chunks: int, cap: float, procs: int = 1) -> dict[str, Any]:
+               warm: int, chunks: int, cap: float, procs: int = 1,
+               prompt: str = PROMPT) -> dict[str, Any]:
     """Run ``tool`` ("runner" or "raw") for one phase in a fresh event loop; the runner
-    over ``procs`` worker processes when ``procs`` > 1."""
+    over ``procs`` worker processes when ``procs`` > 1; ``prompt`` the user message."""
     try:
         if tool == "runner":
-            return asyncio.run(_runner(url, conc, rate, n, warm, chunks, cap, procs))
-        return asyncio.run(_raw(url, conc, rate, n, warm, chunks, cap))
+            return asyncio.run(_runner(url, conc, rate, n, warm, chunks, cap, procs, prompt))
+        return asyncio.run(_raw(url, conc, rate, n, warm, chunks, cap, prompt))
     except Exception as exc:  # noqa: BLE001 - a broken phase is a row, not a crash
         name = "k3accept runner" if tool == "runner" else "raw aiohttp"
         return skipped(name, "", f"failed: {type(exc).__name__}: {exc}")

@@ -28,13 +28,16 @@ Their CPU time is not reported per request (it includes interpreter and tokenize
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -82,9 +85,44 @@ def tokenizer() -> tuple[str | None, str]:
         return None, f"no tokenizer (testbed tiny model: {type(exc).__name__}: {exc})"
 
 
-def _run(cmd: list[str], cap: float, cwd: str, offline: bool = True) -> tuple[str | None, float]:
-    """Run ``cmd``; (None, wall) on success, else (why, wall).
+#: the rusage of the last ``_run``: ``cpu_s`` (user + system of the peer and every descendant
+#: it waited for, start-up included), ``maxrss_kib`` (the largest single process of the tree,
+#: ``wait4``'s ``ru_maxrss``), ``tree_rss_kib`` (the peak of the tree's summed RSS, sampled
+#: from /proc every 0.25 s: a multi-process peer's client memory); None where not measured
+LAST_USAGE: dict[str, float | None] = {}
+#: a peer whose process tree grows past this RSS is killed (the machine is shared: a peer
+#: building 128 prompts of 1M tokens as Python lists would take it down); its row says so
+RSS_LIMIT_KIB = 6 << 20
 
+
+def _tree_rss_kib(root: int) -> int:
+    """The summed RSS (KiB) of ``root`` and its descendants now, from /proc."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        rss[int(entry)] = int(fields[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    tree, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        kids = [c for c, p in parent.items() if p == pid and c not in tree]
+        tree.update(kids)
+        frontier += kids
+    return sum(rss.get(p, 0) for p in tree)
+
+
+def _run(cmd: list[str], cap: float, cwd: str, offline: bool = True) -> tuple[str | None, float]:
+    """Run ``cmd`` in its own session; (None, wall) on success, else (why, wall).
+
+    Its rusage (``wait4``) and sampled tree RSS go to :data:`LAST_USAGE`. At the cap the
+    whole session is killed (a peer's own worker processes included).
     ``offline``: HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE=1 (AIPerf 0.13.0 in offline mode looks a
     tokenizer given as a local path up as a hub repo id and fails; it loads it online).
     """
@@ -95,16 +133,48 @@ def _run(cmd: list[str], cap: float, cwd: str, offline: bool = True) -> tuple[st
             env[var] = "1"
         else:
             env.pop(var, None)
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=cap, check=False)
-    except subprocess.TimeoutExpired:
-        return f"time cap of {cap:g} s reached (start-up included)", time.monotonic() - t0
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        return f"exit {proc.returncode}: {tail[-300:]}", wall
+    LAST_USAGE.clear()
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        peak, stop, over = [0], threading.Event(), threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.25):
+                peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+                if peak[0] > RSS_LIMIT_KIB:
+                    over.set()
+                    _kill_session(proc.pid)
+                    return
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        timer = threading.Timer(cap, lambda: _kill_session(proc.pid))
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        stop.set()
+        sampler.join()
+        _kill_session(proc.pid)  # what it left behind in its session
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - t0
+        LAST_USAGE.update(cpu_s=usage.ru_utime + usage.ru_stime, maxrss_kib=usage.ru_maxrss,
+                          tree_rss_kib=max(peak[0], usage.ru_maxrss))
+        if over.is_set():
+            return (f"killed: its processes' RSS passed {RSS_LIMIT_KIB >> 20} GiB "
+                    "(the benchmark's guard for the shared machine)"), wall
+        if wall >= cap:
+            return f"time cap of {cap:g} s reached (start-up included)", wall
+        if proc.returncode != 0:
+            log.seek(0)
+            tail = " | ".join(log.read().strip().splitlines()[-3:])
+            return f"exit {proc.returncode}: {tail[-300:]}", wall
     return None, wall
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL the session (process group) ``pid`` leads, if any of it is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def parse_guidellm(path: Path, note: str = "") -> dict[str, Any]:

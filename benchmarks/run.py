@@ -16,6 +16,9 @@ testbed: client vs server clock) and the plugin's own overhead. Prints one table
     python benchmarks/run.py --no-install    # a missing peer is a row, not an install
     python benchmarks/run.py --processes 1,2 --no-peers --no-accuracy --no-overhead
                                              # the runner over 1 and 2 worker processes
+    python benchmarks/run.py --contexts 8K,32K,128K,512K,1M --no-accuracy --no-overhead
+                                             # the context axis (context.py) instead of
+                                             # the ~32-token modes; concurrency 1,64
     tox -e bench -- --quick
 """
 
@@ -33,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import context  # noqa: E402
 import drivers  # noqa: E402
 import install  # noqa: E402
 import overhead  # noqa: E402
@@ -155,12 +159,34 @@ def throughput(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def axis(a: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
+    """The context axis (``context.py``), its table and the two targets' figures."""
+    ready = prepare_peers(a, log)
+    tok, tok_why = peers.tokenizer() if a.peers else (None, "peers turned off (--no-peers)")
+    rows = context.run_axis(a, ready, tok, tok_why, log)
+    log("\n## context axis (cpu_us = client CPU per request; mem_MiB = client peak RSS; "
+        "req_KiB = mean request body the stub received; x_aiohttp = req/s ratio to raw "
+        "aiohttp, same cell)")
+    log(context.table(rows))
+    for line in context.verdict(rows):
+        log(line)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run every part, print the table (and ``--json``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="CI size: small counts, time caps")
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
-                    default=[1, 64, 512], help="closed-loop concurrencies (default 1,64,512)")
+                    default=None, help="closed-loop concurrencies (default 1,64,512; "
+                    "with --contexts 1,64)")
+    ap.add_argument("--contexts", type=context.parse_contexts, default=None,
+                    help="the context axis: prompt lengths in tokens, e.g. "
+                    "8192,32768,131072,524288,1048576 (or 8K,...,1M); replaces the ~32-token "
+                    "modes")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="context axis: MiB of prompt per tool and cell (256; quick 16): "
+                    "requests = budget / prompt bytes, at least 16 and 2 per stream")
     ap.add_argument("--rate", type=float, default=None,
                     help="open-loop request rate per second (default 400; 0 = no rate mode)")
     ap.add_argument("--requests", help="counts per mode, e.g. 1=300,64=3000,512=5000,rate=3000")
@@ -170,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (3; quick 1)")
     ap.add_argument("--cap", type=float, default=None, help="seconds per in-process phase")
     ap.add_argument("--peer-cap", type=float, default=None, help="seconds per peer run")
+    ap.add_argument("--peer-requests", type=int, default=None,
+                    help="context axis: at most this many requests per peer run (256; quick 32)")
     ap.add_argument("--no-peers", dest="peers", action="store_false", help="skip the peers")
     ap.add_argument("--no-install", dest="install", action="store_false",
                     help="do not install missing peers (their rows say not installed)")
@@ -183,16 +211,24 @@ def main(argv: list[str] | None = None) -> int:
     a.cap = a.cap or (8.0 if a.quick else 120.0)
     a.peer_cap = a.peer_cap or (75.0 if a.quick else 600.0)
     a.accuracy = (not a.quick) if a.accuracy is None else a.accuracy
+    a.concurrency = a.concurrency or ([1, 64] if a.contexts else [1, 64, 512])
+    a.budget = int((a.budget or (16 if a.quick else 256)) * (1 << 20))
+    a.high = 200 if a.quick else 3000
+    a.peer_requests = a.peer_requests or (32 if a.quick else 256)
     log = lambda s: print(s, flush=True)  # noqa: E731
     t0 = time.monotonic()
     log(f"# k3accept benchmark {time.strftime('%Y-%m-%d %H:%M')} | {platform.node()} | "
         f"{platform.processor() or platform.machine()} | {os.cpu_count()} CPUs | "
         f"load {os.getloadavg()[0]:.1f} | python {platform.python_version()} | "
         f"{'quick' if a.quick else 'full'}")
-    out: dict[str, Any] = {"rows": throughput(a, log)}
-    log("\n## throughput (times in ms; cpu_us = client CPU per request; x_aiohttp = req/s "
-        "ratio to raw aiohttp, same mode)")
-    log(table(out["rows"]))
+    out: dict[str, Any] = {}
+    if a.contexts:
+        out["context"] = axis(a, log)
+    else:
+        out["rows"] = throughput(a, log)
+        log("\n## throughput (times in ms; cpu_us = client CPU per request; x_aiohttp = "
+            "req/s ratio to raw aiohttp, same mode)")
+        log(table(out["rows"]))
     if a.accuracy:
         import accuracy
 

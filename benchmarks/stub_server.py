@@ -12,10 +12,13 @@ Endpoints
         ``stream_options.include_usage`` is true, then ``data: [DONE]\\n\\n``.
         otherwise         -> one JSON completion with ``usage``.
     GET /v1/models, /version, /health
+    GET /stats: ``{"requests", "body_bytes", "prompt_tokens"}`` summed over the completion
+        requests so far (what each tool really sent: the context axis reads it before and
+        after a tool's run)
 
 Run standalone::
 
-    python benchmarks/stub_server.py --port 8123 --chunks 16 [--itl-ms 0]
+    python benchmarks/stub_server.py --port 8123 --chunks 16 [--itl-ms 0] [--max-model-len N]
 
 or from a benchmark, in a separate *process* (never in the client's loop)::
 
@@ -50,11 +53,19 @@ def _fixed(status: bytes, body: bytes, ctype: bytes = b"application/json") -> by
     )
 
 
-_MODELS = _fixed(b"200 OK", json.dumps({
-    "object": "list",
-    "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "k3stub",
-              "max_model_len": 131072}],
-}).encode())
+#: the served context it reports (``--max-model-len``); it answers longer prompts all the same
+MAX_MODEL_LEN = 131072
+
+
+def _models(max_model_len: int) -> bytes:
+    """The ``/v1/models`` answer, reporting ``max_model_len``."""
+    return _fixed(b"200 OK", json.dumps({
+        "object": "list",
+        "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "k3stub",
+                  "max_model_len": max_model_len}],
+    }).encode())
+
+
 _VERSION = _fixed(b"200 OK", b'{"version":"0.0.0-k3stub"}')
 _HEALTH = _fixed(b"200 OK", b"", b"text/plain")
 _NOT_FOUND = _fixed(b"404 Not Found", b'{"error":{"message":"not found","code":404}}')
@@ -102,11 +113,15 @@ def _prompt_tokens(body: dict, chat: bool) -> int:
 
 
 class StubServer:
-    def __init__(self, chunks: int = 16, itl_s: float = 0.0) -> None:
+    def __init__(self, chunks: int = 16, itl_s: float = 0.0,
+                 max_model_len: int = MAX_MODEL_LEN) -> None:
         self.t = _Templates()
         self.chunks = chunks
         self.itl_s = itl_s
         self._seq = 0
+        self._models = _models(max_model_len)
+        #: completion requests, their body bytes and prompt tokens (len / 4), for ``/stats``
+        self.stats = {"requests": 0, "body_bytes": 0, "prompt_tokens": 0}
         # Per-request event bodies depend only on the request id; cache a few
         # fully rendered streams keyed by (kind, n) so the hot path is memcpy.
         self._cache: dict[tuple[bool, int], list[bytes]] = {}
@@ -172,7 +187,9 @@ class StubServer:
             if target == b"/health":
                 writer.write(_HEALTH)
             elif target == b"/v1/models":
-                writer.write(_MODELS)
+                writer.write(self._models)
+            elif target == b"/stats":
+                writer.write(_fixed(b"200 OK", json.dumps(self.stats).encode()))
             elif target == b"/version":
                 writer.write(_VERSION)
             else:
@@ -190,6 +207,10 @@ class StubServer:
         n = req.get("max_tokens") or req.get("max_completion_tokens") or self.chunks
         n = max(1, min(int(n), self.chunks))
         ptoks = _prompt_tokens(req, chat)
+        st = self.stats
+        st["requests"] += 1
+        st["body_bytes"] += len(body)
+        st["prompt_tokens"] += ptoks
         if req.get("stream"):
             writer.write(self.t.sse_head)
             events = self._events(chat, n)
@@ -224,9 +245,9 @@ class StubServer:
 
 
 async def serve(host: str = "127.0.0.1", port: int = 0, chunks: int = 16,
-                itl_s: float = 0.0) -> asyncio.Server:
+                itl_s: float = 0.0, max_model_len: int = MAX_MODEL_LEN) -> asyncio.Server:
     """Start the stub in the *current* loop (use ``spawn`` for benchmarks)."""
-    stub = StubServer(chunks, itl_s)
+    stub = StubServer(chunks, itl_s, max_model_len)
     return await asyncio.start_server(stub.handle, host, port, backlog=4096,
                                       reuse_address=True, limit=1 << 20)
 
@@ -238,6 +259,15 @@ class SpawnedServer:
         self.proc, self.host, self.port = proc, host, port
         self.base_url = f"http://{host}:{port}"
         self.url = self.base_url + "/v1/chat/completions"
+
+    def stats(self) -> dict[str, int]:
+        """The stub's ``/stats``: completion requests, body bytes and prompt tokens so far."""
+        with socket.create_connection((self.host, self.port), timeout=5) as s:
+            s.sendall(b"GET /stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            raw = b""
+            while chunk := s.recv(65536):
+                raw += chunk
+        return json.loads(raw.partition(b"\r\n\r\n")[2])
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -251,12 +281,13 @@ class SpawnedServer:
 
 def start_process(host: str = "127.0.0.1", port: int = 0, chunks: int = 16,
                   itl_ms: float = 0.0, use_uvloop: bool = True,
-                  cpu: int | None = None) -> SpawnedServer:
+                  cpu: int | None = None, max_model_len: int = MAX_MODEL_LEN) -> SpawnedServer:
     """Start the stub in a separate Python process; returns once it accepts."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("stub server is loopback-only")
     cmd = [sys.executable, os.path.abspath(__file__), "--host", host, "--port", str(port),
-           "--chunks", str(chunks), "--itl-ms", str(itl_ms), "--print-port"]
+           "--chunks", str(chunks), "--itl-ms", str(itl_ms), "--print-port",
+           "--max-model-len", str(max_model_len)]
     if not use_uvloop:
         cmd.append("--no-uvloop")
     if cpu is not None:
@@ -303,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=0.0, help="sleep between chunks (0 = none)")
     ap.add_argument("--no-uvloop", action="store_true", help="use the stdlib loop")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    ap.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
+                    help="the max_model_len /v1/models reports (longer prompts are answered)")
     ap.add_argument("--print-port", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.host not in ("127.0.0.1", "localhost", "::1"):
@@ -317,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
             pass
 
     async def _main() -> None:
-        server = await serve(a.host, a.port, a.chunks, a.itl_ms / 1000.0)
+        server = await serve(a.host, a.port, a.chunks, a.itl_ms / 1000.0, a.max_model_len)
         port = server.sockets[0].getsockname()[1]
         if a.print_port:
             print(f"PORT {port}", flush=True)

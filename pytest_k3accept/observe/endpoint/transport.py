@@ -18,17 +18,19 @@ show up as TTFT. This transport keeps what a load generator needs and drops the 
   reads that chain.
 
 :class:`PostStream` is the hot path's request: a pre-built ``httpx.Request`` (skipping
-``build_request``'s merging) handed straight to this transport when the client has no auth,
+``build_request``'s merging; the body encoded by :func:`bodies.encode_body`, a long prompt
+once per run) handed straight to this transport when the client has no auth,
 event hooks or proxy mounts (else ``client.send(stream=True)``), closed on exit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 import httpx
+
+from pytest_k3accept.observe.endpoint.bodies import encode_body
 
 if TYPE_CHECKING:  # pragma: no cover
     import aiohttp
@@ -36,7 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: headers the hot path sets itself (the client's own values for them are dropped)
 _OWN = frozenset({"content-type", "content-length", "accept-encoding"})
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 def map_exception(exc: BaseException) -> httpx.TransportError | None:
@@ -214,7 +215,7 @@ class PostStream:
         self._client = client
         self._request = httpx.Request(
             "POST", _merge(client.base_url, path),
-            content=_dumps(body).encode(), headers=headers,
+            content=encode_body(body), headers=headers,
             extensions={"timeout": client.timeout.as_dict()})
         self._resp: httpx.Response | None = None
 
