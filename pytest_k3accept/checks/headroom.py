@@ -22,6 +22,13 @@ scaled load (``LoadProfile.scaled``) on each replica. A run without server metri
 decided (``ok is None``). With several engines the line lists each engine's free KV beside
 the fullest one's; a run on a server that also served other clients says so (its figures
 include their traffic).
+
+A partial run (a worker of a split run lost mid-run: ``summary["partial"]``, see
+docs/load.md "Past one process") offered less than the target load. Decision: headroom that
+held on it is **not** headroom at the target, so such a judgement is undecided (``ok is
+None``, "unknown", never "headroom OK"); a shortage measured even at the smaller load (KV,
+preemptions, queue, errors, GPU memory) stays a failure. Either way the verdict carries the
+note "judged on a partial run: <the partial text>".
 """
 
 from __future__ import annotations
@@ -171,6 +178,9 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         notes.append(str(run.summary["latency_unreliable"]))
     if run.summary.get("client_limited"):  # judged on the load the client managed to offer
         notes.append(f"judged on a saturated client: {run.summary['client_limited']}")
+    partial = partial_note(run.summary)
+    if partial:  # less than the target load was offered: a pass there is no pass
+        notes.append(partial)
     free_gpu = gpu_free_fraction(run.gpu)
     if free_gpu is None:
         notes.append("GPU memory not measured (no telemetry source)" if not run.gpu
@@ -215,11 +225,26 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
                        f"queue time {_num(srv.get('queue_time_mean'))} s)")
     engine_kv = {str(e): (v or {}).get("peak_kv_usage")
                  for e, v in (srv.get("per_engine") or {}).items()}
-    return Verdict(not reasons, tuple(reasons), free_kv=free_kv, peak_kv_usage=peak,
+    held = not reasons
+    if held and partial:
+        reasons.append(f"held on less than the target load, so not decided at the target "
+                       f"({partial})")
+    return Verdict(False if not held else None if partial else True, tuple(reasons),
+                   free_kv=free_kv, peak_kv_usage=peak,
                    engine_kv=engine_kv,
                    preemptions=preempt, peak_waiting=srv.get("peak_waiting"),
                    sustained_waiting=waiting,
                    queue_time_mean=srv.get("queue_time_mean"), notes=tuple(notes), **common)
+
+
+#: how a judgement made on a partial run opens its note
+PARTIAL = "judged on a partial run: "
+
+
+def partial_note(summary: Mapping[str, Any]) -> str:
+    """``judged on a partial run: <partial>`` for a run that lost a worker, else ``""``."""
+    partial = summary.get("partial")
+    return f"{PARTIAL}{partial}" if partial else ""
 
 
 def combine(verdicts: list[Verdict]) -> bool | None:

@@ -9,7 +9,14 @@ An :class:`SLO` is a set of named limits (seconds for latencies, fractions for r
     goodput_ttft = 2.0    # per-request limits that make a request "good"
 
 :func:`check` compares a run's measured values with them and returns one :class:`Breach`
-(measured vs required) per violated limit. Pure: no pytest, no network.
+(measured vs required) per violated limit; :func:`outcome` is the judgement (met, breached
+or unknown). Pure: no pytest, no network.
+
+A partial run (a worker of a split run lost mid-run: ``summary["partial"]``, docs/load.md
+"Past one process") offered less than the target load. Decision: limits met on it are not
+met at the target, so the SLO is **unknown** (``outcome`` None, never met); a breach
+measured even at the smaller load stays a breach. Every limit judged on it carries the note
+"judged on a partial run: <the partial text>" (:func:`~.headroom.partial_note`).
 """
 
 from __future__ import annotations
@@ -125,6 +132,7 @@ def check(summary: Mapping[str, Any], slo: SLO,
     unmeasurable carries the proxy's message as its note (:func:`unknown`: the SLO is unknown).
     """
     from ..observe.load import stats
+    from .headroom import partial_note
 
     out: list[Breach] = []
     good: dict[str, float] | None = None
@@ -148,7 +156,8 @@ def check(summary: Mapping[str, Any], slo: SLO,
         else:
             measured = stats.metric(summary, name)
         if measured is None:
-            note = _why_missing(summary, name)
+            note = "; ".join(n for n in (_why_missing(summary, name),
+                                         partial_note(summary)) if n)
             out.append(Breach(name, None, required, direction, unit, note))
         elif (direction == "max" and measured > required) or (
                 direction == "min" and measured < required):
@@ -162,7 +171,23 @@ SATURATED = "measured while the client itself was the limit"
 
 
 def _saturated(summary: Mapping[str, Any]) -> str:
-    return SATURATED if summary.get("client_limited") else ""
+    """The note of a limit judged on this run: a saturated client, a partial run."""
+    from .headroom import partial_note
+
+    return "; ".join(n for n in (SATURATED if summary.get("client_limited") else "",
+                                 partial_note(summary)) if n)
+
+
+def outcome(summary: Mapping[str, Any], breaches: Sequence[Breach]) -> bool | None:
+    """The SLO judgement of a run from its :func:`check` breaches: False when a limit was
+    breached (on a partial run too: a breach at a smaller load is a breach), None when it
+    is unknown (only limits a buffered stream made unmeasurable, or none breached on a
+    partial run: met at less than the target load is not met), True when every limit held."""
+    if unknown(breaches):
+        return None
+    if breaches:
+        return False
+    return None if summary.get("partial") else True
 
 
 def unknown(breaches: Sequence[Breach]) -> bool:
@@ -178,7 +203,8 @@ def judged(summary: Mapping[str, Any], slo: SLO,
            records: Sequence[stats.Record] | None = None) -> list[dict[str, Any]]:
     """Every limit of ``slo`` as judged on a run: ``name``, ``measured`` (None when not
     measured), ``required``, ``direction``, ``unit``, ``ok``: the limits that held are
-    recorded too, not only the breaches of :func:`check`."""
+    recorded too, not only the breaches of :func:`check` (``ok`` None on a partial run:
+    held at less than the target load)."""
     from ..observe.load import stats
 
     breached = {b.name: b for b in check(summary, slo, records)}
@@ -199,7 +225,7 @@ def judged(summary: Mapping[str, Any], slo: SLO,
             name.startswith("goodput")) else stats.metric(summary, name)
         out.append({"name": name, "measured": measured, "required": required,
                     "direction": direction, "unit": unit, "note": _saturated(summary),
-                    "ok": True})
+                    "ok": None if summary.get("partial") else True})
     return out
 
 

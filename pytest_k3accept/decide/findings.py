@@ -66,7 +66,10 @@ class Run:
 
     ``stable``: within the test's own limits (error rate, preemptions) and its SLOs, with at
     least one success. ``has_headroom``: True/False when known, None when the peak KV usage
-    was not measured ("unknown", never "headroom OK").
+    was not measured ("unknown", never "headroom OK"). ``partial``: a worker of the run was
+    lost mid-run (what it says), so it offered less than its load: a shortage measured on it
+    is still a shortage, but it never holds "with headroom" (docs/load.md, "Past one
+    process").
     """
 
     ref: Ref
@@ -89,6 +92,7 @@ class Run:
     slo_ok: bool | None = None
     slo_breaches: tuple[str, ...] = ()
     headroom_reasons: tuple[str, ...] = ()
+    partial: str | None = None
 
     @property
     def error_rate(self) -> float:
@@ -115,12 +119,13 @@ class Run:
 
     @property
     def has_headroom(self) -> bool | None:
-        """True/False when known: explicit judgement, else peak KV below ``1 - min_free``."""
+        """True/False when known: explicit judgement, else peak KV below ``1 - min_free``;
+        never True for a partial run (less than its load was offered: unknown)."""
         if not self.stable:
             return False
         if self.headroom is not None:
-            return self.headroom
-        if self.peak_kv is None:
+            return None if self.partial and self.headroom else self.headroom
+        if self.partial or self.peak_kv is None:
             return None
         return self.peak_kv <= 1.0 - self.min_free
 
@@ -138,6 +143,8 @@ class Run:
                f"{self.max_error_rate:.2%}), {self.preemptions:g} preemptions, peak KV {kv}")
         if self.slo_breaches:
             out += "; SLO breached: " + "; ".join(self.slo_breaches)
+        if self.partial:
+            out += f"; judged on a partial run: {self.partial}"
         return out
 
 
@@ -217,7 +224,12 @@ def run_from(data: Mapping[str, Any], ref: Ref, target: bool | None = None) -> R
                                  "profile.headroom.max_error_rate"), 0.0),
         max_preemptions=_num(find(data, "max_preemptions", "limits.max_preemptions",
                                   "profile.headroom.max_preemptions"), 0.0),
+        partial=_str_or_none(find(data, "partial", "summary.partial")),
     )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def run_of(run: LoadRun, ref: Ref) -> Run:
@@ -226,7 +238,8 @@ def run_of(run: LoadRun, ref: Ref) -> Run:
                ok=run.ok, errors=run.errors, preemptions=run.preemptions or 0.0,
                peak_kv=run.peak_kv, failover=run.failover or run.load_factor > 1.0,
                target=run.target, error_kinds=tuple(sorted(run.errors_by_kind.items())),
-               run_id=run.run_id, requests=run.requests, target_source=run.target_source)
+               run_id=run.run_id, requests=run.requests, target_source=run.target_source,
+               partial=run.partial)
 
 
 def _judged(run: Run, h: HeadroomJudgement) -> Run:
@@ -269,7 +282,7 @@ def step_run(step: ProcedureStep, ref: Ref) -> Run:
     return Run(ref=ref, concurrency=step.concurrency, context_tokens=step.context_tokens,
                ok=step.ok or 0, errors=step.errors or 0, preemptions=step.preemptions or 0.0,
                peak_kv=step.peak_kv, headroom=step.headroom_ok, target=step.target,
-               requests=step.requests)
+               requests=step.requests, partial=step.partial)
 
 
 def read(evidence: Sequence[Evidence]) -> Findings:

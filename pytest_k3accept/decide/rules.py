@@ -193,7 +193,8 @@ def shortage(c: Case) -> Verdict | None:
                             "cause in the server log before taking them as a capacity limit.")
     for p in c.f.capacity:
         b.cite(p.ref, problem_line(p))
-    held = [r for r in c.reduced if r.stable and r.has_headroom is not False]
+    held = [r for r in c.reduced  # a partial run offered less than its load: not "held"
+            if r.stable and r.has_headroom is not False and not r.partial]
     if held and not failover and not c.c10_failed and not c.c9_failed:
         best = _heaviest(held)
         b.cite(best.ref, f"held at reduced {best.label()}: {best.figures()} {src(best)}")

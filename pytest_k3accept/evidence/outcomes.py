@@ -88,6 +88,8 @@ class ProcedureStep(Kind):
     preemptions: float | None = None
     peak_kv: float | None = None
     headroom_ok: bool | None = None
+    #: the step's run lost a worker mid-run (what it says); None: it did not
+    partial: str | None = None
 
     @property
     def ran(self) -> bool:

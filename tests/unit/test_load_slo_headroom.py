@@ -152,3 +152,48 @@ def test_failover_factor_and_combine() -> None:
     assert headroom.combine([ok, und]) is None
     assert headroom.combine([und, bad]) is False
     assert headroom.combine([]) is None
+
+
+# -- a partial run (a worker lost mid-run): a pass is unknown, a breach stays a failure -----
+PARTIAL = "process 2 of 2 lost: worker 2 of 2 (pid 7) died mid-run, 1.2 s after the start"
+
+
+def test_headroom_that_held_on_a_partial_run_is_undecided_with_the_note() -> None:
+    whole = headroom.decide(Run(summary(), srv()))
+    v = headroom.decide(Run(summary(partial=PARTIAL), srv()))
+    assert whole.ok is True and v.ok is None  # less than the target load: no pass at it
+    assert v.free_kv == whole.free_kv  # the figures are still the measured ones
+    note = f"judged on a partial run: {PARTIAL}"
+    assert note in v.notes and any(note in r for r in v.reasons)
+    assert v.line().startswith("headroom undecided at http://x")
+    assert v.judgement("r1").ok is None
+
+
+@pytest.mark.parametrize("server, summ", [
+    (srv(peak_kv_usage=0.95), {}),
+    (srv(preemptions=8.0), {}),
+    (srv(), {"error_rate": 0.25, "errors_by_kind": {"timeout": 2}}),
+    (None, {"error_rate": 0.25, "errors_by_kind": {"timeout": 2}}),  # KV not measured
+])
+def test_a_shortage_on_a_partial_run_stays_a_failure_with_the_note(
+        server: dict[str, Any] | None, summ: dict[str, Any]) -> None:
+    v = headroom.decide(Run(summary(partial=PARTIAL, **summ), server))
+    assert v.ok is False
+    assert f"judged on a partial run: {PARTIAL}" in v.notes
+    assert not any("judged on a partial run" in r for r in v.reasons)  # the shortage is why
+
+
+def test_slos_met_on_a_partial_run_are_unknown_and_a_breach_stays_a_breach() -> None:
+    from pytest_k3accept.checks.slo import judged, outcome
+
+    limits = SLO.from_mapping({"ttft_p99": 2.0, "e2e_p90": 5.0})
+    whole, part = summary(), summary(partial=PARTIAL)
+    assert check(part, limits) == [] and outcome(whole, []) is True
+    assert outcome(part, []) is None  # met at less than the target load: not met
+    assert [c["ok"] for c in judged(part, limits)] == [None, None]
+    assert all(PARTIAL in c["note"] for c in judged(part, limits))
+    breached = check(part, SLO.from_mapping({"ttft_p99": 0.5}))
+    assert outcome(part, breached) is False  # breached even at the smaller load
+    assert str(breached[0]).endswith(f"(judged on a partial run: {PARTIAL})")
+    (missing,) = check(summary(partial=PARTIAL), SLO.from_mapping({"itl_p99": 0.1}))
+    assert outcome(part, [missing]) is False and PARTIAL in missing.note

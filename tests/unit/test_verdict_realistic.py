@@ -329,6 +329,83 @@ def test_every_verdict_cites_evidence_and_keep_never_beside_a_failed_c9_or_c10(
         assert v.name != KEEP
 
 
+# -- a partial run (a worker lost mid-run) ---------------------------------------------------
+LOST = "process 2 of 2 lost: worker 2 of 2 (pid 7) died mid-run, 1.2 s after the start"
+
+
+class _Judged:
+    """What the checks read of a run (headroom.RunLike), made from a spec's figures."""
+
+    def __init__(self, errors: int, peak: float, ttft_p99: float, partial: str | None) -> None:
+        self.summary: dict[str, Any] = {
+            "requests": 100, "ok": 100 - errors, "errors": errors, "error_rate": errors / 100,
+            "errors_by_kind": {"http-5xx": errors}, "ttft": {"p99": ttft_p99}, "elapsed": 10.0,
+            "partial": partial}
+        self.server: dict[str, Any] | None = {"peak_kv_usage": peak, "preemptions": 0.0,
+                                              "sustained_waiting": 0.0, "gauge_samples": 40}
+        self.server_error, self.gpu, self.endpoint = None, None, "http://x"
+
+
+def _checked(spec: list[tuple[int, int, int, float, bool]], lost: list[bool]) -> list[Evidence]:
+    """The evidence the fixtures record, each judgement made by the checks themselves;
+    the runs marked in ``lost`` are partial."""
+    from pytest_k3accept.checks import slo as slo_check
+
+    out: list[Evidence] = []
+    top = max(c * x for c, x, *_ in spec)
+    limits = slo_check.SLO.from_mapping({"ttft_p99": 30.0})
+    for i, ((conc, ctx, errors, peak, slo_ok), partial) in enumerate(zip(spec, lost), 1):
+        rid, said = f"run-{i}", LOST if partial else None
+        typed = LoadRun(run_id=rid, profile_name="p", concurrency=conc, context_tokens=ctx,
+                        requests=100, ok=100 - errors, errors=errors,
+                        errors_by_kind={"http-5xx": errors} if errors else {}, peak_kv=peak,
+                        target_source=SOURCE, target=conc * ctx == top, partial=said,
+                        processes=2)
+        out.append(Evidence(LoadRun.KIND, rid, typed.to_data(), NODE, typed=typed))
+        ran = _Judged(errors, peak, 1.0 if slo_ok else 310.0, said)
+        h = headroom_check.decide(ran).judgement(rid)
+        out.append(Evidence(HeadroomJudgement.KIND, rid, h.to_data(), NODE, typed=h))
+        breaches = slo_check.check(ran.summary, limits)
+        j = SloJudgement(rid, slo_check.outcome(ran.summary, breaches), limits.as_dict(),
+                         tuple(b.as_dict() for b in breaches))
+        out.append(Evidence(SloJudgement.KIND, rid, j.to_data(), NODE, typed=j))
+    return out
+
+
+def test_a_partial_run_that_held_is_undecided_never_keep() -> None:
+    whole = decide(statuses(), _checked([(64, 131072, 0, 0.5, True)], [False]))
+    part = decide(statuses(), _checked([(64, 131072, 0, 0.5, True)], [True]))
+    assert whole.name == KEEP and part.name == UNDECIDED
+
+
+def test_a_partial_run_that_failed_still_fails_and_a_partial_lighter_run_is_not_held() -> None:
+    failing = (64, 131072, 5, 0.5, True)  # 5 % errors at the target
+    part = decide(statuses(), _checked([failing], [True]))
+    assert part.name == SCALE
+    assert any("judged on a partial run: " + LOST in r for r in part.reasons)
+    lighter = (16, 131072, 0, 0.4, True)
+    assert decide(statuses(), _checked([failing, lighter], [False, False])).name == ACCEPT_LIMITS
+    assert decide(statuses(), _checked([failing, lighter], [False, True])).name == SCALE
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs_st, st.data())
+def test_a_partial_run_never_gives_a_better_verdict_than_the_same_run_complete(
+        spec: Any, data: st.DataObject) -> None:
+    lost = data.draw(st.lists(st.booleans(), min_size=len(spec), max_size=len(spec)))
+    before = decide(statuses(), _checked(spec, [False] * len(spec))).name
+    after = decide(statuses(), _checked(spec, lost)).name
+    if before in ORDER and after in ORDER:
+        assert ORDER[after] >= ORDER[before], (before, after)
+    if before != KEEP:
+        assert after != KEEP
+    if before in (SCALE, ACCEPT_LIMITS):  # a failure measured on it stays a failure
+        assert after in (SCALE, ACCEPT_LIMITS), (before, after)
+    if any(lost) and all(lost[i] for i, (c, x, *_) in enumerate(spec)
+                         if c * x == max(a * b for a, b, *_ in spec)):
+        assert after != KEEP  # every run at the target partial: never kept
+
+
 def test_the_rule_table_in_the_docs_is_the_code() -> None:
     from pathlib import Path
 

@@ -82,6 +82,7 @@ def absorb(step: Step, result: "LoadResult", dp: DecisionProfile) -> None:
         "prefix_caching": srv.get("prefix_caching"),
         "ttft_p99": (s.get("ttft") or {}).get("p99"), "e2e_p99": (s.get("e2e") or {}).get("p99"),
         "headroom_ok": judged.ok, "headroom": judged.line(), "summary": result.line(),
+        "partial": s.get("partial"),
         "request_set": result.request_set.get("fingerprint"), "endpoint": result.endpoint}
     step.status = RAN
     step.reason = judged.line()
