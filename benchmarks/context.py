@@ -249,8 +249,8 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     if ratios:
         worst = min(ratios, key=lambda x: x[2])
-        out.append(f"runner >= 0.9x raw aiohttp: {'met' if worst[2] >= 0.9 else 'NOT met'} "
-                   f"in {sum(x[2] >= 0.9 for x in ratios)}/{cells} cells (lowest "
+        out.append(f"runner >= 0.9x raw aiohttp: {'met' if worst[2] >= 0.9 else 'NOT met'}: "
+                   f"{sum(x[2] >= 0.9 for x in ratios)} of {cells} cells at >= 0.9x (lowest "
                    f"{worst[2]:.2f} at {worst[0]} tokens, {worst[1]})")
     else:
         out.append("runner >= 0.9x raw aiohttp: unknown (no cell measured both)")

@@ -81,7 +81,7 @@ def test_verdict_reads_both_targets() -> None:
             _row("raw aiohttp", 1048576, 10.0, 5000, 4194304),
             _row("k3accept runner", 1048576, 8.0, 6000, 4194304)]
     met_rps, met_cpu = context.verdict(rows)
-    assert met_rps.startswith("runner >= 0.9x raw aiohttp: NOT met in 1/2 cells")
+    assert met_rps.startswith("runner >= 0.9x raw aiohttp: NOT met: 1 of 2 cells at >= 0.9x")
     assert "lowest 0.80 at 1048576" in met_rps
     assert "c=1): met" in met_cpu  # 6x the CPU for 128x the bytes
     steep = rows[:2] + [_row("k3accept runner", 32768, 95.0, 8000, 131072),
