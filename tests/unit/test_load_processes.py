@@ -12,6 +12,8 @@ import asyncio
 import dataclasses
 import math
 import os
+import random
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +25,8 @@ from hypothesis import strategies as st
 
 from pytest_k3accept.observe.endpoint.discover import Endpoint
 from pytest_k3accept.observe.load import shares, split, stats
-from pytest_k3accept.observe.load.placement import ProgressCallback, Share, ShareResult
+from pytest_k3accept.observe.load.placement import (Batch, Delivery, ProgressCallback, Share,
+                                                    ShareResult)
 from pytest_k3accept.observe.load.placement.local import LocalPlacement
 from pytest_k3accept.observe.load.profile import LoadProfile, ProfileError
 from pytest_k3accept.observe.load.requestset import from_requests
@@ -133,6 +136,57 @@ def test_merge_is_exact_over_all_records(per_share: list[list[Any]]) -> None:
     assert merged.achieved == stats.concurrency(
         [sp for r in results for sp in r.spans], merged.elapsed)
     assert merged.stopped_by == "count"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 8), st.randoms(use_true_random=False),
+       st.integers(0, 20), st.booleans())
+def test_batches_in_any_order_rebuild_the_records_and_a_lost_share_counts_exactly(
+        n: int, batches: int, rnd: random.Random, cut: int, lose: bool) -> None:
+    # a share of n requests in slot order; they end in any order, delivered in batches
+    # that arrive in any order; a lost worker's batches after the cut never arrive
+    recs = [_rec(0.01 * (k + 1), 0.02 * (k + 1), ok=k % 5 != 3) for k in range(n)]
+    order = list(range(n))
+    rnd.shuffle(order)
+    edges = sorted(rnd.randint(0, n) for _ in range(batches - 1))
+    parts = [order[a:b] for a, b in zip([0, *edges], [*edges, n])]
+    sent = parts[:min(cut, len(parts))] if lose else parts
+    made, done = [], 0
+    for t, part in enumerate(parts):
+        done += len(part)
+        made.append(Batch(0, 0.5 * (t + 1), started=min(n, done + 2), done=done, errors=0,
+                          in_flight=min(n, done + 2) - done,
+                          ended=[(k, 0.01 * k, 0.01 * k + 0.02, recs[k]) for k in part]))
+    arriving = made[:len(sent)]
+    rnd.shuffle(arriving)
+    got = Delivery(0)
+    for b in arriving:
+        got.add(b)
+    delivered = sorted(k for part in sent for k in part)
+    profile = LoadProfile().replace("t", concurrency=2, requests=2 * max(n, 1))
+    _, shares_ = _split(profile, [1], 0, 2)
+    if lose:
+        result = got.lost("worker 1 of 2 (pid 1) died mid-run", worker="pid 1")
+    else:
+        result = got.complete(ShareResult(0, elapsed=1.0, cpu_seconds=0.1))
+    assert [r.ttft for r in result.records] == [recs[k].ttft for k in delivered]  # slot order
+    assert len(result.spans) == len(delivered)
+    if sent:
+        assert result.last_delivery == dataclasses.replace(made[len(sent) - 1], ended=[])
+    other = ShareResult(1, [_rec(0.1, 0.2)] * 3, spans=[(0.0, 0.2)] * 3, elapsed=1.0)
+    merged = split.merge([result, other], shares_, planned=[n, 3])
+    summary = stats.summarize(merged.records, merged.elapsed)
+    merged.annotate(summary, "local", None)
+    assert len(merged.records) == len(delivered) + 3
+    assert summary["lost_requests"] == (n - len(delivered) if lose else 0)
+    if lose and sent:
+        last = made[len(sent) - 1]
+        assert summary["partial"].endswith(
+            f"its {len(delivered)} records delivered up to its last delivery {last.at:.1f} s "
+            f"after its start are kept, {n - len(delivered)} of its {n} requests lost "
+            f"({last.in_flight} in flight then, {n - last.started} not yet sent then)")
+    elif lose:
+        assert summary["partial"].endswith(f"all {n} requests of its share are lost")
 
 
 def test_merged_percentiles_are_not_averaged() -> None:
@@ -256,29 +310,65 @@ def test_two_processes_send_the_plan_of_one(stub: Endpoint, loop: dict[str, Any]
 
 
 class KillSecond(LocalPlacement):
-    """Kills worker 2 (SIGKILL) once it reported a finished request."""
+    """Kills worker 2 (SIGKILL) once a batch of its own delivered at least ``after`` ended
+    requests; ``seen`` is what the controller had of it then."""
+
+    def __init__(self, after: int = 1) -> None:
+        super().__init__()
+        self.after, self.seen = after, -1
 
     async def run(self, shares_: Sequence[Share], *,
                   progress: ProgressCallback | None = None) -> list[ShareResult]:
         def report(index: int, done: int, errors: int, in_flight: int) -> None:
-            if index == 1 and done >= 1 and self.workers[1].is_alive():
+            if index == 1 and done >= self.after and self.seen < 0:
+                self.seen = done
                 os.kill(self.workers[1].pid, signal.SIGKILL)
             if progress is not None:
                 progress(index, done, errors, in_flight)
         return await super().run(shares_, progress=report)
 
 
-def test_a_worker_killed_mid_run_leaves_a_partial_run_that_says_so(stub: Endpoint) -> None:
-    # 2 streams x 30 requests of 8 chunks 5 ms apart: a few seconds a share, progress each 1 s
+def test_a_worker_killed_mid_run_keeps_what_it_delivered(stub: Endpoint) -> None:
+    # 2 streams x 30 requests of 8 chunks 5 ms apart: a few seconds a share, a batch each
+    # 0.5 s; worker 2 is SIGKILLed once a batch of it brought at least 3 records
     prof = LoadProfile().replace("t", requests=60, concurrency=2, processes=2)
-    r = asyncio.run(run_load(stub, REQUESTS, prof, metrics=False, placement=KillSecond()))
+    place = KillSecond(after=3)
+    r = asyncio.run(run_load(stub, REQUESTS, prof, metrics=False, placement=place))
     partial = r.summary["partial"]
     assert partial.startswith("process 2 of 2 lost: worker 2 of 2 (pid ")
     assert "died mid-run" in partial and "exit code -9 (signal 9)" in partial
-    assert "its records are lost, the other shares' are kept" in partial
-    assert r.summary["requests"] == 30 and r.summary["ok"] == 30  # share 1, whole
-    assert r.summary["lost_requests"] == 30
+    assert "the other shares' records are kept" in partial
+    # the killed worker's delivered records are in the merged result, the counts add up
+    kept = r.summary["requests"] - 30  # share 1 ran whole: its 30
+    assert kept >= place.seen >= 3, (kept, place.seen)
+    assert r.summary["ok"] == r.summary["requests"] == len(r.records)
+    assert r.summary["lost_requests"] == 30 - kept
+    m = re.search(r"its (\d+) records delivered up to its last delivery ([\d.]+) s after "
+                  r"its start are kept, (\d+) of its 30 requests lost \((\d+) in flight "
+                  r"then, (\d+) not yet sent then\)$", partial)
+    assert m, partial
+    assert int(m[1]) == kept and int(m[3]) == 30 - kept
+    assert int(m[4]) + int(m[5]) == 30 - kept  # lost: in flight, or not sent by then
     assert r.summary["client_cpu_by_process"][1] is None
     assert "PARTIAL" in r.line()
     assert r.evidence("r1", "test").partial == partial
     assert math.isfinite(r.elapsed)
+    # every percentile is over every delivered record (both shares')
+    again = stats.summarize(list(r.records), r.elapsed)
+    assert r.summary["ttft"] == again["ttft"] and r.summary["e2e"] == again["e2e"]
+
+
+def test_a_run_split_in_two_delivers_every_record_once(stub: Endpoint) -> None:
+    # long enough for several batches a share: what came in batches is the whole run
+    prof = LoadProfile().replace("t", requests=80, concurrency=2, processes=2)
+    seen: list[tuple[int, int]] = []
+
+    class Watch(LocalPlacement):
+        async def run(self, shares_: Sequence[Share], *,
+                      progress: ProgressCallback | None = None) -> list[ShareResult]:
+            return await super().run(shares_, progress=lambda i, d, e, f: seen.append((i, d)))
+    r = asyncio.run(run_load(stub, REQUESTS, prof, metrics=False, placement=Watch()))
+    assert r.summary["requests"] == r.summary["ok"] == 80 and r.summary["partial"] is None
+    assert r.summary["lost_requests"] == 0
+    assert max(d for i, d in seen if i == 0) == max(d for i, d in seen if i == 1) == 40
+    assert len(seen) > 2  # batches while it ran, not one at the end

@@ -35,7 +35,7 @@ from .requestset import from_requests as _from_requests
 from .requestset import load as _load_set
 from .result import LoadResult, Progress, RunRecord
 from .split import SplitRun, schedule, workers
-from .store import FloatColumn, RecordStore
+from .store import RecordStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..endpoint.client import RequestResult
@@ -172,7 +172,10 @@ class _Run:
         self.flushed = 0  # the slots below it are in ``records`` (or were never sent)
         self.started = self.high = 0  # requests started; 1 + the highest slot started
         self.meter = stats.InFlight()  # achieved concurrency, measured as it goes
-        self.spans = FloatColumn()  # start, end of each ended request, in the order they end
+        #: a split run's worker (:mod:`.shares`) sets a list here: every ended request goes
+        #: in as (slot, start, end, record), in the order they end, for its next delivery;
+        #: None (a single-process run) keeps nothing more than the records
+        self.outbox: list[tuple[int, float, float, RunRecord]] | None = None
         self.done = self.errors = self.in_flight = 0
         #: open loop: how late the latest request started against its seeded arrival time,
         #: less the time spent waiting for a free slot of a concurrency cap (the server's
@@ -211,8 +214,9 @@ class _Run:
                                 stream=self.profile.stream, started_at=time.time())
         end, start = perf(), self.active.pop(slot)
         self.meter.end(end, start)
-        self.spans.extend((start, end))
-        self.waiting[slot] = RunRecord.of(res)  # the text, tool calls, error body go now
+        self.waiting[slot] = kept = RunRecord.of(res)  # the text, tool calls, error body go
+        if self.outbox is not None:
+            self.outbox.append((slot, start, end, kept))
         while self.flushed in self.waiting:  # slots finish nearly in order
             self.records.append(self.waiting.pop(self.flushed))
             self.flushed += 1
@@ -289,16 +293,10 @@ class _Run:
         await asyncio.gather(main, *self.tasks, return_exceptions=True)
         return "time"
 
-    def finish(self, t_end: float) -> tuple[list[RunRecord], list[tuple[float, float]], int]:
-        """Records of started requests (cut ones as timeouts), their intervals (in the order
-        they ended), not sent: :meth:`conclude` as lists (they hold the whole run)."""
-        recs, _, not_sent = self.conclude(t_end)
-        pairs = iter(self.spans)
-        return list(recs), list(zip(pairs, pairs)), not_sent
-
     def conclude(self, t_end: float) -> tuple[RecordStore, "stats.InFlight", int]:
-        """Records of started requests in slot order (cut ones as timeouts), the achieved
-        concurrency meter (cut ones end at ``t_end``), and how many were not sent."""
+        """Records of started requests in slot order (cut ones as timeouts, also into the
+        outbox), the achieved concurrency meter (cut ones end at ``t_end``), and how many
+        were not sent."""
         for slot in range(self.flushed, self.high):
             r = self.waiting.pop(slot, None)
             if r is None:
@@ -309,7 +307,8 @@ class _Run:
                               error="cancelled at the run's time bound (max_seconds = "
                                     f"{self.profile.max_seconds:g} s)")
                 self.meter.end(t_end, start)
-                self.spans.extend((start, t_end))
+                if self.outbox is not None:
+                    self.outbox.append((slot, start, t_end, r))
             self.records.append(r)
         self.flushed = self.high
         return self.records, self.meter, self.total - self.started
@@ -376,7 +375,6 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         if progress is not None and mon.reported:  # a closing line after progress lines
             mon.report(run, t0, progress)
         recs, meter, not_sent = run.conclude(t_end)
-        run.spans.close()
         await stall.annotate(client, recs)  # streams stalled while /health said 200
         summary = stats.summarize(recs, elapsed)
         if recs.spill_error:

@@ -14,8 +14,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from . import stats
-from .placement import Share, ShareResult
+from .placement import DELIVER_EVERY, Batch, Delivery, Share, ShareResult
 from .split import SharePlan
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,27 +30,46 @@ def share_plan(share: Share) -> SharePlan:
 
 
 async def run_share(share: Share, start_at: float, *,
-                    report: Callable[[int, int, int], Any] | None = None,
-                    report_interval: float = 1.0) -> ShareResult:
+                    deliver: Callable[[Batch], Any] | None = None,
+                    every: float = DELIVER_EVERY) -> ShareResult:
     """Run ``share`` from the wall-clock instant ``start_at`` (``time.time()``) in this
     process's event loop: the single-process runner's ``_Run`` on the share's plan.
-    ``report(done, errors, in_flight)`` is called every ``report_interval`` s."""
+
+    ``deliver(batch)`` is called every ``every`` s while it runs, and once at its end
+    (``batch.final``), with a :class:`~.placement.Batch` of the requests that ended since
+    the last call (so a worker lost mid-run loses only what came after its last delivery):
+    the result then carries the figures and no records (the placement's
+    :class:`~.placement.Delivery` holds them). Without ``deliver`` the result carries every
+    record (one batch, delivered to itself)."""
     from .runner import _Run, fewer_collections
 
     profile = dataclasses.replace(share.profile, concurrency=share.streams, processes=1)
     client = share.endpoint.client(timeout=profile.timeout or profile.max_seconds)
+    own = Delivery(share.index) if deliver is None else None
+    sink = own.add if own is not None else deliver
+    assert sink is not None
     ticker: asyncio.Task[None] | None = None
     try:
         plan = cast("_Plan", share_plan(share))  # what _Run reads of a plan, a SharePlan has
         run = _Run(client, share.bodies, plan, profile)
+        run.outbox = []
+        sent = [0, 0]  # requests delivered, of them failed
+
+        def batch(final: bool = False) -> Batch:
+            ended, run.outbox = run.outbox or [], []  # one loop step: counts match ended
+            sent[0] += len(ended)
+            sent[1] += sum(1 for e in ended if not e[3].ok)
+            return Batch(share.index, time.perf_counter() - t0, run.started, sent[0],
+                         sent[1], run.started - sent[0],
+                         [(slot, a - t0, b - t0, rec) for slot, a, b, rec in ended], final)
         await asyncio.sleep(max(0.0, start_at - time.time()))
         started_at, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
 
         async def tick() -> None:
-            while report is not None:
-                await asyncio.sleep(report_interval)
-                report(run.done, run.errors, run.in_flight)
-        ticker = asyncio.create_task(tick()) if report is not None else None
+            while True:
+                await asyncio.sleep(every)
+                sink(batch())
+        ticker = asyncio.create_task(tick()) if own is None else None
         with fewer_collections():
             stopped_by = await run.drive(profile.max_seconds)
         t_end, cpu = time.perf_counter(), time.process_time() - cpu0
@@ -59,19 +77,18 @@ async def run_share(share: Share, start_at: float, *,
         if ticker is not None:
             ticker.cancel()
         await client.aclose()
-    # records, spans and not sent as lists: the spans go back for the merged concurrency,
-    # the records as a list (a store pickles as its records anyway)
-    records, measured, not_sent = run.finish(t_end)
+    _, meter, not_sent = run.conclude(t_end)  # the cut requests go into the outbox
+    run.records.close()  # what the worker kept itself: the delivered batches hold it
     elapsed = t_end - t0
-    spans = [(s - t0, e - t0) for s, e in measured]
-    achieved = stats.concurrency(spans, elapsed)
-    return ShareResult(share.index, records=records, elapsed=elapsed, cpu_seconds=cpu,
-                       spans=spans, stopped_by=stopped_by, not_sent=not_sent,
-                       lag=run.schedule_lag, span=run.schedule_span, started_at=started_at,
-                       worker=f"pid {os.getpid()}", achieved=achieved)
+    sink(batch(final=True))
+    result = ShareResult(share.index, elapsed=elapsed, cpu_seconds=cpu, stopped_by=stopped_by,
+                         not_sent=not_sent, lag=run.schedule_lag, span=run.schedule_span,
+                         started_at=started_at, worker=f"pid {os.getpid()}",
+                         achieved=meter.result(elapsed))
+    return own.complete(result) if own is not None else result
 
 
 def run_share_sync(share: Share, start_at: float, *,
-                   report: Callable[[int, int, int], Any] | None = None) -> ShareResult:
+                   deliver: Callable[[Batch], Any] | None = None) -> ShareResult:
     """:func:`run_share` in a new event loop (a worker's entry point)."""
-    return asyncio.run(run_share(share, start_at, report=report))
+    return asyncio.run(run_share(share, start_at, deliver=deliver))

@@ -16,7 +16,11 @@
   averaged), request spans concatenated for the achieved concurrency, ``not_sent`` summed,
   ``stopped_by`` "time" when any share hit the time bound, client CPU summed over workers
   with each worker's own saturation judged (:mod:`.saturation`). A worker that died leaves a
-  partial run: the other shares' records are kept and the summary says ``partial``.
+  partial run: the records it delivered while it ran (:class:`~.placement.Delivery`) and the
+  other shares' are kept, and the summary says ``partial``: per lost worker, what happened,
+  how many of its records were kept and how many of its requests were lost (in flight at
+  its last delivery, or not sent by then); ``lost_requests`` is exactly the planned requests
+  of the lost shares less the records they delivered.
 
 The controller's side: this module and :class:`SplitRun` (what ``run_load`` drives instead
 of its single ``_Run``); the worker's side is :mod:`.shares` (``run_share``). Nothing here
@@ -209,14 +213,31 @@ class Merged:
                                f"{signs}")
         summary["client_limited"] = (_SAID[0] + "; ".join(limited) + sep + tail
                                      if limited else None)
-        lost = [r for r in self.results if r.partial]
+        planned: list[int | None] = list(self.planned) or [None] * len(self.results)
+        lost = [(r, n) for r, n in zip(self.results, planned) if r.partial]
         summary["partial"] = ("; ".join(f"process {r.index + 1} of {len(self.shares)} lost: "
-                                        f"{r.error}" for r in lost) if lost else None)
-        summary["lost_requests"] = (sum(n - len(r.records) for n, r in zip(self.planned,
-                                                                            self.results)
-                                        if r.partial) if self.planned else None)
+                                        f"{r.error}; {kept(r, n)}" for r, n in lost)
+                              if lost else None)
+        summary["lost_requests"] = (sum(n - len(r.records) for r, n in lost if n is not None)
+                                    if self.planned else None)
         if note:
             summary["processes_note"] = note
+
+
+def kept(result: ShareResult, planned: int | None) -> str:
+    """What a lost share left, exactly: the records it delivered (kept, in the merge) and
+    the requests lost, split as its last delivery counted them (in flight then, or not yet
+    sent then: some of those may have started after it, none of them came back)."""
+    k, last = len(result.records), result.last_delivery
+    if planned is None:
+        return f"its {k} delivered records are kept"
+    lost = planned - k
+    if last is None:
+        return (f"no record was delivered before it was lost: all {planned} requests of its "
+                "share are lost")
+    return (f"its {k} records delivered up to its last delivery {last.at:.1f} s after its "
+            f"start are kept, {lost} of its {planned} requests lost ({last.in_flight} in "
+            f"flight then, {planned - last.started} not yet sent then)")
 
 
 def merge(results: Sequence[ShareResult], shares: Sequence[Share],
@@ -288,13 +309,6 @@ class _Achieved:
         return dict(self.figures)
 
 
-class _Nothing:
-    """What the runner closes after a run that kept its spans elsewhere (the workers)."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-
 class SplitRun:
     """A run split over worker processes, seen by ``run_load`` as its single ``_Run``: it
     drives the placement, counts progress from the workers and hands back the merged
@@ -312,7 +326,6 @@ class SplitRun:
         self.schedule_lag: float | None = None
         self.schedule_span: float | None = None
         self.merged: Merged | None = None
-        self.spans = _Nothing()
 
     def update(self, index: int, done: int, errors: int, in_flight: int) -> None:
         """A worker's counts (the placement's progress callback)."""

@@ -32,16 +32,24 @@ placement must:
    0.2 s; never a fixed guess made before the workers started);
 3. return ``list[ShareResult]``, exactly one per share, **in share order**, with
    ``result.index == share.index``;
-4. never raise because a worker died, hung or could not start: its entry is
-   :meth:`ShareResult.lost` with a message saying what happened (which worker, its pid or
-   actor/node, exit code or exception, after how long) and whatever records came back
-   (usually none); the controller keeps the other shares' results and marks the run
-   partial. A worker still running ``share.max_seconds + GRACE_S`` after ``start_at`` is
-   lost (stop it). Raise :class:`PlacementError` only when the placement cannot run at all
-   (e.g. Ray not installed, no cluster), with a message saying what to do;
-5. optionally call ``progress(index, done, errors, in_flight)`` (plain ints, from the
+4. bring the records back **while the share runs**: the worker passes ``deliver=`` to
+   ``run_share``, which calls it every :data:`DELIVER_EVERY` s (and once at the end) with a
+   :class:`Batch` of the requests that ended since the last one; the placement carries each
+   batch to the controller (a pipe, a Ray actor method the controller polls) and adds it to
+   the share's :class:`Delivery`, whose :meth:`Delivery.complete` / :meth:`Delivery.lost`
+   make the share's :class:`ShareResult`. So a worker lost mid-run loses only what was in
+   flight, what ended after its last delivery and what it had not sent;
+5. never raise because a worker died, hung or could not start: its entry is
+   :meth:`Delivery.lost` with a message saying what happened (which worker, its pid or
+   actor/node, exit code or exception, after how long) and the records it delivered; the
+   controller keeps them and the other shares' results and marks the run partial (what was
+   kept and what was lost, per worker: :meth:`~..split.Merged.annotate`). A worker still
+   running ``share.max_seconds + GRACE_S`` after ``start_at`` is lost (stop it). Raise
+   :class:`PlacementError` only when the placement cannot run at all (e.g. Ray not
+   installed, no cluster), with a message saying what to do;
+6. optionally call ``progress(index, done, errors, in_flight)`` (plain ints, from the
    controller's event loop thread) as a worker's counts change, at most a few times a
-   second; a placement that cannot may ignore it.
+   second (a batch's counts); a placement that cannot may ignore it.
 
 ``Share`` and ``ShareResult`` are plain picklable dataclasses (pickle protocol 5; the records
 are :class:`~pytest_k3accept.observe.load.result.RunRecord`, whose ITL is a packed
@@ -53,8 +61,11 @@ than that read it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+
+from ..store import RecordStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...endpoint.discover import Endpoint
@@ -63,6 +74,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: seconds past a share's ``max_seconds`` (after ``start_at``) before its worker is lost
 GRACE_S = 30.0
+#: seconds between a running share's deliveries of its ended requests (:class:`Batch`)
+DELIVER_EVERY = 0.5
 
 #: ``progress(index, done, errors, in_flight)``
 ProgressCallback = Callable[[int, int, int, int], None]
@@ -139,7 +152,7 @@ class ShareResult:
     """
 
     index: int
-    records: list["RunRecord"] = field(default_factory=list)
+    records: Sequence["RunRecord"] = field(default_factory=list)
     spans: list[tuple[float, float]] = field(default_factory=list)
     elapsed: float = 0.0
     cpu_seconds: float | None = None
@@ -152,6 +165,9 @@ class ShareResult:
     worker: str = ""
     error: str | None = None
     achieved: dict[str, float] | None = None
+    #: the counts of the last :class:`Batch` the worker delivered (its ``ended`` emptied);
+    #: None when none came (what a lost share's message says was kept and lost)
+    last_delivery: "Batch | None" = None
 
     @property
     def partial(self) -> bool:
@@ -161,10 +177,89 @@ class ShareResult:
     @classmethod
     def lost(cls, index: int, error: str, *, worker: str = "", elapsed: float = 0.0,
              records: Sequence["RunRecord"] = (),
-             spans: Sequence[tuple[float, float]] = ()) -> "ShareResult":
-        """A share whose worker died or hung: ``error`` says what happened."""
-        return cls(index, records=list(records), spans=list(spans), elapsed=elapsed,
-                   cpu_seconds=None, stopped_by="lost", worker=worker, error=error)
+             spans: Sequence[tuple[float, float]] = (),
+             last_delivery: "Batch | None" = None) -> "ShareResult":
+        """A share whose worker died or hung: ``error`` says what happened; ``records``
+        (and their ``spans``) are what it delivered before."""
+        return cls(index, records=records, spans=list(spans), elapsed=elapsed,
+                   cpu_seconds=None, stopped_by="lost", worker=worker, error=error,
+                   last_delivery=last_delivery)
+
+
+#: one ended request of a batch: (local slot, start, end, record), the times in seconds
+#: since the share's start
+Ended = tuple[int, float, float, "RunRecord"]
+
+
+@dataclass
+class Batch:
+    """What a running share delivers every :data:`DELIVER_EVERY` s: the requests that ended
+    since its last batch and its counts at that instant (``at``: seconds since the share's
+    start). The counts and ``ended`` are read in one step of the worker's event loop, so
+    every request ended by then is in this batch or an earlier one: ``done`` is the number
+    delivered so far, ``started - done`` was in flight, ``final`` marks the share's last
+    batch (its requests cut at the time bound among them)."""
+
+    index: int
+    at: float
+    started: int
+    done: int
+    errors: int
+    in_flight: int
+    ended: list[Ended] = field(default_factory=list)
+    final: bool = False
+
+
+class Delivery:
+    """A share's records as its batches arrive (the controller's side; any batch order):
+    kept in slot order in a :class:`~..store.RecordStore` (spilled past a few thousand),
+    those that ended behind a request still in flight held until it comes. What a
+    worker's own ``_Run`` keeps, rebuilt from its batches: the same records in the same
+    order once every batch is in."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.records = RecordStore()
+        self.spans: list[tuple[float, float]] = []
+        self.last: Batch | None = None
+        self._waiting: dict[int, "RunRecord"] = {}
+        self._next = 0
+
+    def add(self, batch: Batch) -> None:
+        """Take one batch in (its records, spans and counts)."""
+        waiting = self._waiting
+        for slot, start, end, record in batch.ended:
+            waiting[slot] = record
+            self.spans.append((start, end))
+        while self._next in waiting:
+            self.records.append(waiting.pop(self._next))
+            self._next += 1
+        if self.last is None or batch.at >= self.last.at:
+            self.last = dataclasses.replace(batch, ended=[])
+
+    @property
+    def delivered(self) -> int:
+        """Records delivered so far."""
+        return len(self.records) + len(self._waiting)
+
+    def _flush(self) -> RecordStore:
+        """Every record delivered, in slot order (slots never sent are skipped)."""
+        for slot in sorted(self._waiting):
+            self.records.append(self._waiting.pop(slot))
+        self._next = 0
+        return self.records
+
+    def complete(self, result: ShareResult) -> ShareResult:
+        """``result`` (a finished share's figures) with the delivered records and spans."""
+        result.records, result.spans = self._flush(), self.spans
+        result.last_delivery = self.last
+        return result
+
+    def lost(self, error: str, *, worker: str = "", elapsed: float = 0.0) -> ShareResult:
+        """The share lost with what it delivered (see :meth:`ShareResult.lost`)."""
+        return ShareResult.lost(self.index, error, worker=worker, elapsed=elapsed,
+                                records=self._flush(), spans=self.spans,
+                                last_delivery=self.last)
 
 
 class Placement(Protocol):

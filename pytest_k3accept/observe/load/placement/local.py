@@ -2,22 +2,30 @@
 
 Each share gets a fresh interpreter (spawned, never forked: the controller's event loop,
 HTTP clients and threads are not copied) that imports the runner and its HTTP stack, says it
-is ready, receives the agreed start instant over its own pipe and runs
-:func:`~pytest_k3accept.observe.load.shares.run_share` in its own event loop. Results and
-progress come back over one queue, which the controller drains while it polls the workers:
-a worker that exits without a result, or outlives ``max_seconds`` + :data:`GRACE_S` after
-the start, is lost (its :class:`ShareResult` says which pid, the exit code, after how long).
+is ready, receives the agreed start instant and runs
+:func:`~pytest_k3accept.observe.load.shares.run_share` in its own event loop. Each worker
+has **its own pipe** to the controller (a duplex ``multiprocessing.Pipe``; the controller
+closes its copy of the worker's end, so a dead worker is an end of file, never a hang): the
+start goes down it, and up it come "ready", a :class:`~.Batch` of ended requests every
+:data:`~.DELIVER_EVERY` s (sent by a thread of the worker, so its event loop never waits on
+the pipe), the result and any error. One pipe per worker, not one queue for all: a worker
+killed while writing leaves at most a cut message on its own pipe (read as its end), where
+a shared queue's lock and stream would be left broken for the others.
+
+The controller polls the pipes: each batch goes into the share's :class:`~.Delivery` (and
+its counts to ``progress``); a worker that exits without a result, or outlives
+``max_seconds`` + :data:`GRACE_S` after the start, is lost, with the records it delivered
+(its :class:`ShareResult` says which pid, the exit code, after how long).
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import queue as _queue
 import time
 from typing import Any, Sequence
 
-from . import GRACE_S, ProgressCallback, Share, ShareResult
+from . import GRACE_S, Batch, Delivery, ProgressCallback, Share, ShareResult
 
 #: seconds between the last worker's "ready" and the agreed start
 START_MARGIN = 0.3
@@ -36,24 +44,44 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _worker(share: Share, out: Any, conn: Any) -> None:
-    """A worker process's body: ready, wait for the start, run the share, send the result."""
+def _worker(share: Share, conn: Any) -> None:
+    """A worker process's body: ready, wait for the start, run the share delivering its
+    batches, send the result. Everything after "ready" goes up through one sender thread
+    (in order: the batches, then the result or the error)."""
     import os
+    import queue
+    import threading
 
+    out: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+
+    def send() -> None:
+        while (item := out.get()) is not None:
+            conn.send(item)
+    sender = threading.Thread(target=send, name="k3-load-deliver", daemon=True)
     try:
         from ...endpoint import client as _client  # noqa: F401 - the HTTP stack, before ready
         from ..shares import run_share_sync
 
-        out.put(("ready", share.index, os.getpid()))
+        conn.send(("ready", os.getpid()))
         start_at = conn.recv()
         if start_at is None:
             return
-
-        def report(done: int, errors: int, in_flight: int) -> None:
-            out.put(("progress", share.index, (done, errors, in_flight)))
-        out.put(("done", share.index, run_share_sync(share, start_at, report=report)))
+        sender.start()
+        out.put(("done", run_share_sync(share, start_at,
+                                        deliver=lambda b: out.put(("batch", b)))))
     except BaseException as exc:  # noqa: BLE001 - said to the controller, then gone
-        out.put(("error", share.index, f"{type(exc).__name__}: {exc}"))
+        said = ("error", f"{type(exc).__name__}: {exc}")
+        if sender.is_alive():
+            out.put(said)
+        else:
+            try:
+                conn.send(said)
+            except OSError:
+                pass
+    finally:
+        if sender.is_alive():
+            out.put(None)
+            sender.join()
 
 
 class LocalPlacement:
@@ -73,108 +101,128 @@ class LocalPlacement:
 
     async def run(self, shares: Sequence[Share], *,
                   progress: ProgressCallback | None = None) -> list[ShareResult]:
-        """Spawn one worker per share, start them at one instant, collect their results."""
+        """Spawn one worker per share, start them at one instant, collect their batches
+        and results."""
         ctx = multiprocessing.get_context("spawn")
-        out = ctx.Queue()
-        pipes = [ctx.Pipe(duplex=False) for _ in shares]
-        self.workers = [ctx.Process(target=_worker, args=(s, out, recv), daemon=True,
+        ends = [ctx.Pipe(duplex=True) for _ in shares]
+        self.workers = [ctx.Process(target=_worker, args=(s, theirs), daemon=True,
                                     name=f"k3-load-share-{s.index}")
-                        for s, (recv, _) in zip(shares, pipes)]
-        results: dict[int, ShareResult] = {}
-        ready: dict[int, int] = {}
-        errors: dict[int, str] = {}
+                        for s, (_, theirs) in zip(shares, ends)]
+        run = _Collecting(shares, [mine for mine, _ in ends], progress)
         t_spawn = time.time()
-        for p in self.workers:
-            p.start()
         try:
-            start_at = await self._ready(shares, out, ready, errors, results, progress,
-                                         t_spawn)
-            for (_, send), s in zip(pipes, shares):
-                if s.index in ready:
-                    send.send(start_at)
+            for p in self.workers:
+                p.start()
+            for _, theirs in ends:
+                theirs.close()  # the worker holds its end: its death is our end of file
+            start_at = await self._ready(shares, run, t_spawn)
+            for k, s in enumerate(shares):
+                if s.index in run.ready:
+                    try:
+                        run.conns[k].send(start_at)
+                    except OSError:
+                        pass  # died just now: found lost below
             deadline = start_at + max(s.max_seconds for s in shares) + GRACE_S
-            await self._collect(shares, out, results, errors, progress, start_at, deadline)
+            await self._collect(shares, run, start_at, deadline)
         finally:
             for p in self.workers:
                 if p.is_alive():
                     p.kill()
                 p.join(timeout=5)
-            out.close()
-        return [results[s.index] for s in shares]
+            for conn in run.conns:
+                conn.close()
+        return [run.results[s.index] for s in shares]
 
-    async def _ready(self, shares: Sequence[Share], out: Any, ready: dict[int, int],
-                     errors: dict[int, str], results: dict[int, ShareResult],
-                     progress: ProgressCallback | None, t_spawn: float) -> float:
+    async def _ready(self, shares: Sequence[Share], run: "_Collecting",
+                     t_spawn: float) -> float:
         """Wait until every worker is ready (or lost); the agreed start instant."""
-        while len(ready) + len(results) < len(shares):
-            self._drain(out, ready, errors, results, progress, t_spawn)
-            for s, p in zip(shares, self.workers):
-                if s.index in ready or s.index in results:
+        while len(run.ready) + len(run.results) < len(shares):
+            for k, (s, p) in enumerate(zip(shares, self.workers)):
+                if s.index in run.ready or s.index in run.results:
                     continue
+                run.drain(k)
                 waited = time.time() - t_spawn
-                if not p.is_alive() or waited > self.ready_timeout:
-                    self._drain(out, ready, errors, results, progress, t_spawn, wait=0.5)
-                    if s.index not in ready and s.index not in results:
-                        results[s.index] = self._lost(s, p, waited, errors, "before it was "
-                                                      "ready to start")
+                if s.index not in run.ready and (not p.is_alive()
+                                                 or waited > self.ready_timeout):
+                    run.drain(k)
+                    if s.index not in run.ready:
+                        run.results[s.index] = self._lost(s, p, run, waited,
+                                                          "before it was ready to start")
             await asyncio.sleep(_POLL)
         return time.time() + self.start_margin
 
-    async def _collect(self, shares: Sequence[Share], out: Any,
-                       results: dict[int, ShareResult], errors: dict[int, str],
-                       progress: ProgressCallback | None, start_at: float,
+    async def _collect(self, shares: Sequence[Share], run: "_Collecting", start_at: float,
                        deadline: float) -> None:
-        """Drain results until every share has one; dead or hung workers are lost."""
-        ready: dict[int, int] = {}
-        while len(results) < len(shares):
-            self._drain(out, ready, errors, results, progress, start_at)
-            for s, p in zip(shares, self.workers):
-                if s.index in results:
+        """Read every worker's batches until each share has a result; dead or hung
+        workers are lost with what they delivered."""
+        while len(run.results) < len(shares):
+            for k, (s, p) in enumerate(zip(shares, self.workers)):
+                if s.index in run.results:
                     continue
+                run.drain(k)
                 hung = time.time() > deadline
-                if not p.is_alive() or hung:
-                    self._drain(out, ready, errors, results, progress, start_at, wait=0.5)
-                    if s.index not in results:
-                        if hung:
-                            p.kill()
-                            p.join(timeout=5)
-                        results[s.index] = self._lost(
-                            s, p, time.time() - start_at, errors,
+                if s.index not in run.results and (not p.is_alive() or hung):
+                    if hung:
+                        p.kill()
+                        p.join(timeout=5)
+                    run.drain(k)  # what it wrote before it ended is still in the pipe
+                    if s.index not in run.results:
+                        run.results[s.index] = self._lost(
+                            s, p, run, time.time() - start_at,
                             "mid-run" if not hung else
                             f"still running {GRACE_S:g} s past its max_seconds, stopped")
             await asyncio.sleep(_POLL)
 
-    def _drain(self, out: Any, ready: dict[int, int], errors: dict[int, str],
-               results: dict[int, ShareResult], progress: ProgressCallback | None,
-               since: float, wait: float = 0.0) -> None:
-        """Read every message waiting on the queue (``wait``: block that long for the first)."""
-        while True:
-            try:
-                kind, index, body = out.get(timeout=wait) if wait else out.get_nowait()
-            except (_queue.Empty, EOFError, OSError):
-                return
-            wait = 0.0
-            if kind == "ready":
-                ready[index] = body
-            elif kind == "progress" and progress is not None:
-                try:
-                    progress(index, *body)
-                except Exception:  # noqa: BLE001 - a broken printer must not end the run
-                    pass
-            elif kind == "done":
-                results[index] = body
-            elif kind == "error":
-                errors[index] = body
-
-    def _lost(self, share: Share, proc: Any, after: float, errors: dict[int, str],
+    def _lost(self, share: Share, proc: Any, run: "_Collecting", after: float,
               when: str) -> ShareResult:
         """The result of a share whose worker is gone, saying what happened."""
         code = proc.exitcode
-        how = (errors.get(share.index) or
+        how = (run.errors.get(share.index) or
                (f"exit code {code}" + (f" (signal {-code})" if code is not None and code < 0
                                        else "") if code is not None else "no exit code"))
         worker = f"pid {proc.pid}"
-        return ShareResult.lost(
-            share.index, f"worker {share.index + 1} of {share.count} ({worker}) died {when}, "
-            f"{after:.1f} s after the start: {how}; its records are lost, the other "
-            "shares' are kept", worker=worker, elapsed=max(0.0, after))
+        return run.delivered[share.index].lost(
+            f"worker {share.index + 1} of {share.count} ({worker}) died {when}, "
+            f"{after:.1f} s after the start: {how}; the other shares' records are kept",
+            worker=worker, elapsed=max(0.0, after))
+
+
+class _Collecting:
+    """The controller's side of one run: each worker's pipe, what it said, its delivery."""
+
+    def __init__(self, shares: Sequence[Share], conns: list[Any],
+                 progress: ProgressCallback | None) -> None:
+        self.shares, self.conns, self.progress = list(shares), conns, progress
+        self.ready: dict[int, int] = {}
+        self.errors: dict[int, str] = {}
+        self.results: dict[int, ShareResult] = {}
+        self.delivered = {s.index: Delivery(s.index) for s in shares}
+        self._ended: set[int] = set()
+
+    def drain(self, k: int) -> None:
+        """Read every message waiting on worker ``k``'s pipe (its end of file once)."""
+        index, conn = self.shares[k].index, self.conns[k]
+        while index not in self._ended:
+            try:
+                if not conn.poll():
+                    return
+                kind, body = conn.recv()
+            except (EOFError, OSError):  # gone (or cut mid-message): nothing more comes
+                self._ended.add(index)
+                return
+            if kind == "ready":
+                self.ready[index] = body
+            elif kind == "batch":
+                self._batch(index, body)
+            elif kind == "done":
+                self.results[index] = self.delivered[index].complete(body)
+            elif kind == "error":
+                self.errors[index] = body
+
+    def _batch(self, index: int, batch: Batch) -> None:
+        self.delivered[index].add(batch)
+        if self.progress is not None:
+            try:
+                self.progress(index, batch.done, batch.errors, batch.in_flight)
+            except Exception:  # noqa: BLE001 - a broken printer must not end the run
+                pass

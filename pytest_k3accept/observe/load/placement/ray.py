@@ -18,11 +18,19 @@ store. Nothing of a protocol of its own: Ray's client, actors and object store.
 * **The start**: every actor is created and reports where it runs (its constructor has
   imported the HTTP stack); then every one gets the same ``start_at`` = now + ``start_margin``
   (the nodes' clocks must agree to well under that: NTP does).
+* **The records, while it runs**: each actor's share delivers a :class:`~.Batch` of its
+  ended requests every :data:`~.DELIVER_EVERY` s into a deque on the actor; the controller
+  polls ``drain()`` (a threaded actor answers while ``run`` runs) about as often, one call
+  outstanding per actor, each answer fetched on its own (a dead actor's never costs the
+  others theirs), into the share's :class:`~.Delivery`. At the run's end one more
+  ``drain()`` takes the rest. No queue actor, no protocol of its own: actor calls.
 * **A lost worker**: an actor whose node died, or that was killed, raises in
-  ``ray.get``; its share comes back as :meth:`ShareResult.lost` saying which actor on which
-  node and what Ray said, the other shares' results are kept and the run is partial. An actor
-  the cluster cannot place within ``ready_timeout`` (fewer free CPUs than shares) and one
-  still running ``max_seconds`` + :data:`~.GRACE_S` after the start are lost too (killed).
+  ``ray.get``; its share comes back as :meth:`~.Delivery.lost`, saying which actor on which
+  node and what Ray said, **with the records it delivered** (lost: what was in flight, what
+  ended after its last drained batch, what it had not sent); the other shares' results are
+  kept and the run is partial. An actor the cluster cannot place within ``ready_timeout``
+  (fewer free CPUs than shares) and one still running ``max_seconds`` + :data:`~.GRACE_S`
+  after the start are lost too (killed).
 * **The nodes** need ``pytest-k3accept`` importable with the same version as here (the actor
   class is this module's) and the client's Ray and Python versions equal to the cluster's.
 
@@ -41,7 +49,8 @@ import threading
 import time
 from typing import Any, Sequence
 
-from . import GRACE_S, PlacementError, ProgressCallback, Share, ShareResult
+from . import (DELIVER_EVERY, GRACE_S, Batch, Delivery, PlacementError, ProgressCallback,
+               Share, ShareResult)
 
 #: what to install for this placement
 EXTRA = "pip install 'pytest-k3accept[ray]'"
@@ -54,7 +63,6 @@ CONNECT_TIMEOUT = 60.0
 #: seconds the cluster may take to place every actor and have it ready
 READY_TIMEOUT = 120.0
 _POLL = 0.25
-_PROGRESS_EVERY = 0.5
 
 
 def import_ray(cluster: str) -> Any:
@@ -135,14 +143,17 @@ def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
 
 
 class _ShareWorker:
-    """The actor: one share, run when :meth:`run` is called (a threaded actor: ``progress``
-    answers while ``run`` runs)."""
+    """The actor: one share, run when :meth:`run` is called. A threaded actor: while
+    ``run`` runs, :meth:`drain` (the controller's poll) hands over the batches the share
+    delivered so far (a deque: appended by the run's event loop, emptied by the poll)."""
 
     def __init__(self, share: Share) -> None:
+        from collections import deque
+
         from ...endpoint import client as _client  # noqa: F401 - the HTTP stack, before ready
 
         self.share = share
-        self.counts = (0, 0, 0)
+        self.batches: deque[Batch] = deque()
         self.label = ""
 
     def where(self) -> str:
@@ -155,18 +166,20 @@ class _ShareWorker:
         return self.label
 
     def run(self, start_at: float) -> ShareResult:
-        """Run the share from ``start_at``; its result (through the object store)."""
+        """Run the share from ``start_at``, delivering its batches to :meth:`drain`; its
+        figures (the records come through :meth:`drain`)."""
         from ..shares import run_share_sync
 
-        def report(done: int, errors: int, in_flight: int) -> None:
-            self.counts = (done, errors, in_flight)
-        result = run_share_sync(self.share, start_at, report=report)
+        result = run_share_sync(self.share, start_at, deliver=self.batches.append)
         result.worker = self.label or result.worker
         return result
 
-    def progress(self) -> tuple[int, int, int]:
-        """(done, errors, in flight) of the running share."""
-        return self.counts
+    def drain(self) -> list[Batch]:
+        """The batches delivered since the last call, oldest first."""
+        out: list[Batch] = []
+        while self.batches:
+            out.append(self.batches.popleft())
+        return out
 
 
 def _what(exc: BaseException) -> str:
@@ -266,35 +279,73 @@ class RayPlacement:
         start_at = time.time() + self.start_margin
         running = {s.index: (k, self.actors[k].run.remote(start_at))
                    for k, s in enumerate(shares) if s.index not in results}
+        got = {s.index: Delivery(s.index) for s in shares}
+        drains: dict[int, Any] = {}  # share -> its outstanding drain() call
         deadline = start_at + max(s.max_seconds for s in shares) + GRACE_S
-        next_progress = time.time() + _PROGRESS_EVERY
+        next_drain = time.time() + DELIVER_EVERY
         while running:
-            done = await self._wait(ray, [ref for _, ref in running.values()])
+            done = await self._wait(ray, [ref for _, ref in running.values()]
+                                    + list(drains.values()))
+            for index, ref in list(drains.items()):
+                if ref in done:
+                    del drains[index]
+                    self._take(ray, ref, got[index], progress)
             for index, (k, ref) in list(running.items()):
                 if ref not in done:
                     continue
                 del running[index]
                 try:
-                    results[index] = ray.get(ref)
+                    figures = ray.get(ref)
+                    last = [drains.pop(index)] if index in drains else []
+                    for left in await asyncio.to_thread(
+                            ray.get, [*last, self.actors[k].drain.remote()], timeout=30.0):
+                        self._add(left, got[index], progress)
+                    results[index] = got[index].complete(figures)
                 except Exception as exc:  # noqa: BLE001 - the actor or its node died
-                    results[index] = ShareResult.lost(
-                        index, f"worker {index + 1} of {n} ({self.where[k] or 'a Ray actor'})"
+                    if index in drains:  # an answer that came back before it died counts
+                        self._take(ray, drains.pop(index), got[index], progress)
+                    results[index] = got[index].lost(
+                        f"worker {index + 1} of {n} ({self.where[k] or 'a Ray actor'})"
                         f" was lost mid-run, {time.time() - start_at:.1f} s after the start: "
-                        f"{_what(exc)}; its records are lost, the other shares' are kept",
+                        f"{_what(exc)}; the other shares' records are kept",
                         worker=self.where[k], elapsed=max(0.0, time.time() - start_at))
             if running and time.time() > deadline:
                 for index, (k, _) in list(running.items()):
                     del running[index]
+                    drains.pop(index, None)
                     ray.kill(self.actors[k], no_restart=True)
-                    results[index] = ShareResult.lost(
-                        index, f"worker {index + 1} of {n} ({self.where[k]}) was still "
-                        f"running {GRACE_S:g} s past its max_seconds, stopped; its records "
-                        "are lost, the other shares' are kept", worker=self.where[k],
+                    results[index] = got[index].lost(
+                        f"worker {index + 1} of {n} ({self.where[k]}) was still "
+                        f"running {GRACE_S:g} s past its max_seconds, stopped; the other "
+                        "shares' records are kept", worker=self.where[k],
                         elapsed=max(0.0, time.time() - start_at))
-            if progress is not None and running and time.time() >= next_progress:
-                next_progress = time.time() + _PROGRESS_EVERY
-                await self._progress(ray, running, progress)
+            if running and time.time() >= next_drain:
+                next_drain = time.time() + DELIVER_EVERY
+                for index, (k, _) in running.items():
+                    if index not in drains:
+                        drains[index] = self.actors[k].drain.remote()
         return [results[s.index] for s in shares]
+
+    def _take(self, ray: Any, ref: Any, into: Delivery,
+              progress: ProgressCallback | None) -> None:
+        """A finished drain() call's batches into ``into`` (a dead actor's: nothing; its
+        run's ref says what happened)."""
+        try:
+            batches = ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - the actor or its node died
+            return
+        self._add(batches, into, progress)
+
+    @staticmethod
+    def _add(batches: list[Batch], into: Delivery, progress: ProgressCallback | None) -> None:
+        for batch in batches:
+            into.add(batch)
+        if batches and progress is not None:
+            last = batches[-1]
+            try:
+                progress(into.index, last.done, last.errors, last.in_flight)
+            except Exception:  # noqa: BLE001 - a broken printer must not end the run
+                pass
 
     async def _wait(self, ray: Any, refs: list[Any]) -> set[Any]:
         """The refs of ``refs`` that are ready within a poll (waited in a thread: the
@@ -302,16 +353,3 @@ class RayPlacement:
         ready, _ = await asyncio.to_thread(ray.wait, refs, num_returns=len(refs),
                                            timeout=_POLL)
         return set(ready)
-
-    async def _progress(self, ray: Any, running: dict[int, tuple[int, Any]],
-                        progress: ProgressCallback) -> None:
-        asked = {index: self.actors[k].progress.remote() for index, (k, _) in running.items()}
-        try:
-            counts = await asyncio.to_thread(ray.get, list(asked.values()), timeout=2.0)
-        except Exception:  # noqa: BLE001 - a dying actor: its result says so
-            return
-        for index, (done, errors, in_flight) in zip(asked, counts):
-            try:
-                progress(index, done, errors, in_flight)
-            except Exception:  # noqa: BLE001 - a broken printer must not end the run
-                pass
