@@ -36,6 +36,10 @@ import pytest
 #: the GCS declares a node dead after this many missed health checks of this period
 HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
           "RAY_health_check_failure_threshold": "3"}
+#: the head's Ray Client server waits this long (not its default 30 s) for the server process
+#: it starts per client: on a 2-core CI machine busy with the testbed that start took > 30 s
+#: once ("Initialization failure from server"); under RayPlacement's 60 s connect bound
+CLIENT_START = {"RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "55"}
 
 _ALIVE = """
 import sys, time, ray
@@ -138,7 +142,7 @@ def start(workers: int = 1, timeout: float = 120.0) -> Iterator[RayCluster]:
                      "(tox -e tests installs it)")
         raise AssertionError("unreachable")
     temp = Path(tempfile.mkdtemp(prefix="k3ray."))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **HEALTH}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **HEALTH, **CLIENT_START}
     env.pop("RAY_ADDRESS", None)
     port, client_port = free_port(), free_port()
     common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",

@@ -63,6 +63,8 @@ CONNECT_TIMEOUT = 60.0
 #: seconds the cluster may take to place every actor and have it ready
 READY_TIMEOUT = 120.0
 _POLL = 0.25
+#: seconds to fetch a drain() answer that Ray says is ready (it may live on another node)
+FETCH_TIMEOUT = 30.0
 
 
 def import_ray(cluster: str) -> Any:
@@ -136,9 +138,13 @@ def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
     if failed:
         exc = failed[0]
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        hint = (" The Ray Client server gave up waiting for the server process it starts "
+                "per client (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default, read "
+                "by the head node): a busy head needs it longer."
+                if "Initialization failure from server" in said else "")
         raise PlacementError(f"Ray cluster {shown!r}: connecting failed after "
                              f"{time.monotonic() - t0:.1f} s: {type(exc).__name__}: {said} "
-                             f"({versions})")
+                             f"({versions}).{hint}")
     return True
 
 
@@ -289,7 +295,7 @@ class RayPlacement:
             for index, ref in list(drains.items()):
                 if ref in done:
                     del drains[index]
-                    self._take(ray, ref, got[index], progress)
+                    await self._take(ray, ref, got[index], progress)
             for index, (k, ref) in list(running.items()):
                 if ref not in done:
                     continue
@@ -303,7 +309,7 @@ class RayPlacement:
                     results[index] = got[index].complete(figures)
                 except Exception as exc:  # noqa: BLE001 - the actor or its node died
                     if index in drains:  # an answer that came back before it died counts
-                        self._take(ray, drains.pop(index), got[index], progress)
+                        await self._take(ray, drains.pop(index), got[index], progress)
                     results[index] = got[index].lost(
                         f"worker {index + 1} of {n} ({self.where[k] or 'a Ray actor'})"
                         f" was lost mid-run, {time.time() - start_at:.1f} s after the start: "
@@ -326,12 +332,18 @@ class RayPlacement:
                         drains[index] = self.actors[k].drain.remote()
         return [results[s.index] for s in shares]
 
-    def _take(self, ray: Any, ref: Any, into: Delivery,
-              progress: ProgressCallback | None) -> None:
+    async def _take(self, ray: Any, ref: Any, into: Delivery,
+                    progress: ProgressCallback | None) -> None:
         """A finished drain() call's batches into ``into`` (a dead actor's: nothing; its
-        run's ref says what happened)."""
+        run's ref says what happened).
+
+        Fetched with a real timeout, in a thread: ``ray.wait`` saying the answer is ready
+        means it exists in the cluster, not that it is here; through the Ray Client a batch
+        large enough to live in the object store of the actor's node must still be pulled,
+        and a ``ray.get(ref, timeout=0)`` that timed out would drop a batch already taken
+        off the actor's deque (a precaution: not seen to happen)."""
         try:
-            batches = ray.get(ref, timeout=0)
+            batches = await asyncio.to_thread(ray.get, ref, timeout=FETCH_TIMEOUT)
         except Exception:  # noqa: BLE001 - the actor or its node died
             return
         self._add(batches, into, progress)
