@@ -255,6 +255,16 @@ class Delivery:
         result.last_delivery = self.last
         return result
 
+    def take(self, batch: Batch, progress: ProgressCallback | None) -> None:
+        """:meth:`add` ``batch`` and pass its counts to ``progress`` (a broken printer
+        must not end the run)."""
+        self.add(batch)
+        if progress is not None:
+            try:
+                progress(self.index, batch.done, batch.errors, batch.in_flight)
+            except Exception:  # noqa: BLE001 - a broken printer must not end the run
+                pass
+
     def lost(self, error: str, *, worker: str = "", elapsed: float = 0.0) -> ShareResult:
         """The share lost with what it delivered (see :meth:`ShareResult.lost`)."""
         return ShareResult.lost(self.index, error, worker=worker, elapsed=elapsed,

@@ -25,7 +25,7 @@ import multiprocessing
 import time
 from typing import Any, Sequence
 
-from . import GRACE_S, Batch, Delivery, ProgressCallback, Share, ShareResult
+from . import GRACE_S, Delivery, ProgressCallback, Share, ShareResult
 
 #: seconds between the last worker's "ready" and the agreed start
 START_MARGIN = 0.3
@@ -213,16 +213,8 @@ class _Collecting:
             if kind == "ready":
                 self.ready[index] = body
             elif kind == "batch":
-                self._batch(index, body)
+                self.delivered[index].take(body, self.progress)
             elif kind == "done":
                 self.results[index] = self.delivered[index].complete(body)
             elif kind == "error":
                 self.errors[index] = body
-
-    def _batch(self, index: int, batch: Batch) -> None:
-        self.delivered[index].add(batch)
-        if self.progress is not None:
-            try:
-                self.progress(index, batch.done, batch.errors, batch.in_flight)
-            except Exception:  # noqa: BLE001 - a broken printer must not end the run
-                pass

@@ -350,14 +350,10 @@ class RayPlacement:
 
     @staticmethod
     def _add(batches: list[Batch], into: Delivery, progress: ProgressCallback | None) -> None:
-        for batch in batches:
+        for batch in batches[:-1]:
             into.add(batch)
-        if batches and progress is not None:
-            last = batches[-1]
-            try:
-                progress(into.index, last.done, last.errors, last.in_flight)
-            except Exception:  # noqa: BLE001 - a broken printer must not end the run
-                pass
+        if batches:  # one progress call per drain: the latest counts
+            into.take(batches[-1], progress)
 
     async def _wait(self, ray: Any, refs: list[Any]) -> set[Any]:
         """The refs of ``refs`` that are ready within a poll (waited in a thread: the
