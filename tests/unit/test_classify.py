@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import vllm_logs
 from pytest_k3accept.observe.server.classify import ADVICE, CATEGORIES, HttpObservations, classify
-from pytest_k3accept.observe.server.triage.patterns import may_match
+from pytest_k3accept.observe.server.triage.patterns import may_match, unwrap
 
 E = "(EngineCore pid=7) ERROR 11-29 23:51:37 [core.py:1510] "
 W = "(Worker pid=8) ERROR 11-29 23:51:37 [multiproc_executor.py:953] "
@@ -242,3 +242,61 @@ def test_hccl_is_an_interconnect_and_a_dead_ray_actor_is_no_cause() -> None:
     actor = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
     died = classify(actor, ended=True)
     assert (died.category, died.rule) == ("unknown", "engine-dead")
+
+
+def test_round_7_wrappers_localised_journald_and_lemonade() -> None:
+    # journald prints the month with strftime's %b in the reader's locale (heldout-2
+    # h3-serving-v043-journald-zh-chatglm showed "6月"); lemonade prefixes every line of the
+    # servers it launches with "<date time> [Level] (Tag) " (lemonade-sdk/vllm-rocm#5)
+    frame = '  File "/v/vllm/worker/worker.py", line 1, in determine_num_available_blocks'
+    for prefix in ("6月 10 16:45:05 host bash[107468]: ", "Dez 01 11:12:12 gpu-node vllm[42]: ",
+                   "déc. 01 11:12:12 gpu-node vllm[42]: ",
+                   "2026-05-08 11:47:02.256 [Error] (Process) (EngineCore pid=2651) "):
+        cls = classify(prefix + frame + "\n", ended=True)
+        assert cls.stage == "kv-sizing", prefix
+    # vLLM's own lines are not taken for a journald prefix
+    assert unwrap("ERROR 06-12 08:59:48 async_llm_engine.py:45] x") == \
+        "ERROR 06-12 08:59:48 async_llm_engine.py:45] x"
+
+
+def test_tvm_ffi_segfault_banner_is_a_device_fault() -> None:
+    # tvm_ffi (flashinfer's FFI) prints it from its SIGSEGV handler (backtrace.cc)
+    log = START + LOADED + INIT + "!!!!!!! Segfault encountered !!!!!!!\n" \
+        '  File "<unknown>", line 0, in cuMemcpyBatchAsync\n'
+    cls = classify(log, ended=True)
+    assert (cls.category, cls.rule) == ("serving", "device-fault")
+    assert "Segfault encountered" in cls.evidence[0].text
+
+
+def test_worker_busy_loop_takes_the_stage_of_the_rpc_it_runs() -> None:
+    # V1's WorkerProc.worker_busy_loop runs the executor's init RPCs as well as execute_model:
+    # the frame inside it decides (heldout-5 h6-unknown-v08-a10-workerproc-profile-run-frames)
+    head = (W + "Traceback (most recent call last):\n"
+            + W + '  File "/v/vllm/v1/executor/multiproc_executor.py", line 375, in '
+            'worker_busy_loop\n' + W + "    output = func(*args, **kwargs)\n")
+    profiling = head + W + '  File "/v/vllm/v1/worker/gpu_worker.py", line 157, in ' \
+        'determine_available_memory\n'
+    cls = classify(START + LOADED + profiling, ended=True)
+    assert (cls.category, cls.stage) == ("unknown", "kv-sizing")
+    # nothing recognised inside it: the loop's own stage, at the message or at the log's end
+    alone = head + W + '  File "/v/vllm/v1/worker/x.py", line 9, in other\n'
+    assert classify(START + LOADED + INIT + alone + W + "RuntimeError: boom\n",
+                    ended=True).stage == "serving"
+    assert classify(START + LOADED + INIT + alone, ended=True).stage == "serving"
+
+
+def test_v0_async_engine_errors_come_from_its_background_loop() -> None:
+    # V0's AsyncLLMEngine logs at ERROR only from the loop that steps requests (heldout-3
+    # h4-serving-v043-async-random-sample-illegal)
+    e = "ERROR 06-12 08:59:48 async_llm_engine.py:45] "
+    log = (e + '  File "/v/vllm/model_executor/layers/sampler.py", line 324, in _random_sample\n'
+           + e + "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    cls = classify(log, ended=True)
+    assert (cls.category, cls.stage) == ("serving", "serving")
+
+
+def test_init_device_is_before_loading() -> None:
+    # init_device (device, memory check, distributed setup) runs before load_model
+    line = "(RayWorkerWrapper pid=9) ERROR 07-01 10:00:00 worker_base.py:1] Error executing " \
+        "method init_device. This might cause deadlock in distributed execution.\n"
+    assert classify(line, ended=True).stage in ("before-loading", "")

@@ -23,37 +23,18 @@ CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("ut
 #: id -> why the classifier's answer differs from the label (each an honest limit, not a bug)
 KNOWN_MISSES = {
     # heldout-2 (what remains after the excerpt-only labels of round 6, corpus README)
-    "h3-serving-v043-journald-zh-chatglm": "journald's localised month name is not "
-                                           "unwrapped, so no frame is read: 'none'",
     "h3-none-v050-404-wrong-endpoint": "category right; phase: the stats lines read as serving, "
                                        "labelled after-init (only 404s were answered)",
     # batch 3 (tune-5 and heldout-3), as round 4 first read them
-    "h4-serving-v043-async-random-sample-illegal": "the illegal access in the sampler: nothing "
-                                                   "shows init had completed",
-    "h4-serving-kv-offloading-swap-blocks-segfault": "'Segfault encountered' (not 'Segmentation "
-                                                     "fault') in swap_blocks_batch",
-    # batch 4 (heldout-4), as round 5 first read them
-    "h5-kv-rocm-gfx1151-lemonade-kv-tensors-hip-oom": "lemonade's '<time> [Error] (Process) ' "
-                                                      "prefix is not unwrapped, so the KV frames "
-                                                      "are not read: an unplaced OOM",
+    "h4-serving-kv-offloading-swap-blocks-segfault": "the fault is read (tvm_ffi's 'Segfault "
+                                                     "encountered'), but only native frames "
+                                                     "(swap_blocks_batch) show it was serving",
     # batch 5 (heldout-5), as round 6 first read it
-    "h6-unknown-v08-a10-workerproc-profile-run-frames": "round 6's traceback-after-init rule: the "
-                                                        "outermost frame is V1's worker_busy_loop, "
-                                                        "which also runs init RPCs (here the KV "
-                                                        "profile run), read as serving",
     "h6-unknown-v03-capture-model-segfault": "category right; phase: faulthandler's frames "
                                              "(capture_model) are not read for the stage",
     "h6-serving-xpu-llm-scaler-worker-died-busy-loop": "category right; phase: run_busy_loop "
                                                        "reads as serving, labelled after-init "
                                                        "(only /health was answered)",
-    "h6-conn-v053-nccl-unhandled-cuda-init-device": "category right; phase: 'processing method "
-                                                    "init_device' reads as loading, labelled "
-                                                    "before-loading (no weight read yet)",
-    "h6-conn-v05-ray-nccl-unhandled-cuda-init-device": "category right; phase: 'method "
-                                                       "init_device' reads as loading, labelled "
-                                                       "before-loading",
-    "h6-unknown-qwen3vl-lm-head-init-frames": "category right; phase: _initialize_model and the "
-                                              "layer constructors are not loading frames",
 }
 
 

@@ -248,6 +248,7 @@ def classify(log: Iterable[LogLine] | str | bytes, *, exit_code: int | None = No
 def decide(scan: Scanner, *, exit_code: int | None = None,
            http: HttpObservations | None = None, ended: bool = False) -> Classification:
     """The classification of what a :class:`~.triage.scan.Scanner` has read."""
+    scan.settle()
     http = http or HttpObservations()
     notes = _input_notes(scan)
     hits = scan.all_hits()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
-           "FAULT_FRAME",
+           "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
            "wrapped_match"]
 
@@ -40,7 +40,12 @@ _WRAPPERS = re.compile(
     r"[\w.-]+\.log:(?=\[|\d)|"  # grep -H file name
     r"[\w.-]+\s+\|\s|"  # docker compose service
     r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s|"  # RFC 3339
-    r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w.@/-]+(?:\[\d+\])?:\s|"  # journald
+    # journald's short format: the month is strftime's %b in the reader's locale ("Dec",
+    # "Dez", "déc.", "6月"), so any word stands for it
+    r"\S{1,10} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w.@/-]+(?:\[\d+\])?:\s|"  # journald
+    # lemonade (a launcher of vLLM and llama.cpp): "2026-05-08 11:47:02.256 [Error] (Process) "
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[(?:Debug|Info|Warning|Error|Fatal)\] "
+    r"\(\w+\)\s|"
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ \| \w+ \|\s|"  # FastChat
     r"\((?:[\w.=() -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
 
@@ -92,6 +97,9 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"Aborted due to the lack of CPU swap space")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
+          # the fatal-signal banner of tvm_ffi (flashinfer's FFI, loaded by vLLM's CUDA
+          # builds): tvm_ffi/src/ffi/backtrace.cc TVMFFISegFaultHandler
+          r"!!!!!!! Segfault encountered|"
           r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
@@ -176,6 +184,7 @@ TRIGGERS = (
     "model identifier", "repository", "does not appear", "not found", "can't open", "errno",
     "quantization method", "not supported", "hfvalidationerror", "gated repo", "401 client",
     "allocate", "resource_exhausted", "illegal", "misaligned", "device-side", "segmentation",
+    "segfault",
     "fatal", "launch failure", "xid", "gpu is lost", "off the bus", "nccl", "watchdog",
     "heartbeat", "distbackend", "ibv_", "rdma", "mlx5", "deepep", "pplx", "nvshmem", "all2all",
     "all-to-all", "alltoall", "gloo", "tcpstore", "c10d", "rendezvous", "rpc call",
@@ -239,12 +248,19 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (KV, re.compile(r"(?:executing|processing) method (?:initialize_cache|determine_num_available_"
                     r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
                     r"_model)", _I)),
-    (LOADING, re.compile(r"(?:executing|processing) method (?:load_model|init_device)", _I)),
+    # init_device (the device, its memory check, the distributed setup) runs before load_model:
+    # it shows nothing past "before loading"
+    (LOADING, re.compile(r"(?:executing|processing) method load_model", _I)),
+    # V0's AsyncLLMEngine logs at ERROR only from its background loop (_log_task_completion,
+    # run_engine_loop), which steps the engine only while requests are in flight
+    (SERVING, re.compile(r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?async_llm_engine\.py:"
+                         r"\d+\]")),
 )
 #: traceback frame (function name) -> stage; the outermost recognised frame of a traceback wins
 FRAME_STAGE: dict[str, int] = {
     **dict.fromkeys(("load_model", "load_weights", "get_model", "make_layers", "create_weights",
-                     "initialize_model", "weight_loader", "_load_model", "load_model_weights",
+                     "initialize_model", "_initialize_model", "weight_loader", "_load_model",
+                     "load_model_weights",
                      "safetensors_weights_iterator"),
                     LOADING),
     **dict.fromkeys(("determine_num_available_blocks", "determine_available_memory",
@@ -261,6 +277,11 @@ FRAME_STAGE: dict[str, int] = {
                      "get_output_async", "_raise_exception_on_finish"), SERVING),
     "run_asgi": AFTER_INIT,
 }
+#: frames of loops that run whatever method they are sent: V1's ``WorkerProc.worker_busy_loop``
+#: runs the executor's RPCs, init ones (determine_available_memory, initialize_from_config,
+#: compile_or_warm_up_model) as well as execute_model. Their stage counts only when no frame
+#: inside them is recognised (at the traceback's message, or at its end)
+DISPATCH_FRAMES = frozenset({"worker_busy_loop"})
 
 
 def wrapped_match(pattern: re.Pattern[str], prev: str, text: str) -> re.Match[str] | None:

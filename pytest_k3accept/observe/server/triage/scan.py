@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, PROCESS_START, \
-    QUIET_EVIDENCE, RULES, SPECULATION, TRACEBACK, may_match, unwrap, wrapped_match
+from .patterns import DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, \
+    PROCESS_START, QUIET_EVIDENCE, RULES, SPECULATION, TRACEBACK, may_match, unwrap, \
+    wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -70,6 +71,7 @@ class Scanner:
     last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
     _order: int = 0
     _tb_stage: int | None = None
+    _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
     _prev: str = ""
 
     @classmethod
@@ -82,7 +84,7 @@ class Scanner:
         self.late_hits.clear()
         self.late_exceptions.clear()
         self.tail.clear()
-        self.stage, self.lines, self._tb_stage = 0, 0, None
+        self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
 
     def all_hits(self) -> list[Hit]:
         """The kept hits, in log order."""
@@ -142,11 +144,26 @@ class Scanner:
             if stage > self.stage and pat.search(text):
                 self._raise(stage)
         if TRACEBACK.search(text):
+            self.settle()
             self._tb_stage = None
             return
         m = FRAME.match(text)
         if m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
+            if m.group(1) in DISPATCH_FRAMES:
+                self._tb_dispatch = FRAME_STAGE[m.group(1)]
+                return
+            self._tb_dispatch = None
             self._tb_stage = FRAME_STAGE[m.group(1)]
+            self._raise(self._tb_stage)
+        elif self._tb_dispatch is not None and EXCEPTION.search(text):
+            self.settle()
+
+    def settle(self) -> None:
+        """Apply a dispatching frame's stage (:data:`.patterns.DISPATCH_FRAMES`) when no frame
+        inside it was recognised: at its traceback's message, a new traceback, or the log's
+        end (the classifier calls this once all lines are fed)."""
+        if self._tb_dispatch is not None:
+            self._tb_stage, self._tb_dispatch = self._tb_dispatch, None
             self._raise(self._tb_stage)
 
     def _rules(self, line: LogLine, text: str) -> None:
