@@ -21,7 +21,8 @@ from . import findings as fnd
 from .layers import Layers
 from .outcome import (ACCEPT_LIMITS, FUNCTIONAL_ONLY, HEADLINES, KEEP, MOVE_ENVIRONMENT, NAMES,
                       SCALE, UNDECIDED, Builder, Verdict)
-from .rules import BLOCKING_ADVICE, RULES, Case
+from .advice import BLOCKING_ADVICE
+from .rules import RULES, Case
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..evidence.store import RunState

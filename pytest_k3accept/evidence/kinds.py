@@ -180,7 +180,7 @@ class SloJudgement(Kind):
 
 #: evidence kind -> its type, for reading a record back (every kind the verdict, the record
 #: or the report reads; a kind not listed here is a team's own and stays plain)
-TYPES: dict[str, type] = {t.KIND: t for t in (  # type: ignore[attr-defined]
+TYPES: dict[str, type] = {t.KIND: t for t in (
     LoadRun, HeadroomJudgement, SloJudgement, ServerTimeline, ServerClassification,
     EnvironmentCheck, HostObservation, Response, PrefixCacheAB, Procedure)}
 

@@ -26,7 +26,7 @@ from ...decide.verdict import Verdict, decide
 if TYPE_CHECKING:  # pragma: no cover
     from ...observe.endpoint.discover import Endpoint
     from ...observe.load.requestset import RequestSet
-    from ...observe.load.runner import LoadResult
+    from ...observe.load.result import LoadResult
     from ...observe.server.relaunch import Relauncher
 
 #: what vLLM 0.32 says when the retention interval does not apply to the model

@@ -178,7 +178,7 @@ def probes(model: str, paths: Sequence[str], max_model_len: int | None = None) -
 
     lists = {p: st.lists(changes(p, max_model_len), min_size=1, max_size=3) for p in paths}
 
-    @st.composite
+    @st.composite  # type: ignore[untyped-decorator]
     def build(draw: Any) -> Probe:
         path = draw(st.sampled_from(list(paths)))
         if draw(st.integers(0, 9)) == 0:

@@ -259,7 +259,7 @@ def check_endpoint(base_url: str, model: str, *, headers: Mapping[str, str] | No
         run = settings(max_examples=max_examples, deadline=None, database=None,
                        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                        phases=(Phase.generate, Phase.shrink), verbosity=Verbosity.quiet,
-                       print_blob=False)(given(strategy)(prop))
+                       print_blob=False)(given(strategy)(prop))  # type: ignore[no-untyped-call]
         if seed is not None:
             run = hseed(seed)(run)
         try:

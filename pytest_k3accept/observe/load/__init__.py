@@ -14,7 +14,8 @@ from .profile import HeadroomSpec, LoadProfile, ProfileError
 from .profile import load as load_profile
 from .requestset import ChatRequest, RequestSet, RequestSetError
 from .requestset import load as load_request_set
-from .runner import LoadResult, Progress, run_load
+from .result import LoadResult, Progress
+from .runner import run_load
 
 __all__ = [
     "ChatRequest", "HeadroomSpec", "LoadProfile", "LoadResult", "ProfileError", "Progress",

@@ -125,7 +125,7 @@ def _families(text: str, openmetrics: bool, problems: dict[str, str]) -> Iterabl
 
     if not is_openmetrics(text):
         raise ValueError("OpenMetrics page without the closing '# EOF' line (cut short?)")
-    for family in om(_escape_openmetrics(text)):
+    for family in om(_escape_openmetrics(text)):  # type: ignore[no-untyped-call]
         if _wrong_type(family.name, family.type, problems):
             continue
         for s in family.samples:

@@ -203,7 +203,7 @@ def probe_first_response(base_url: str, model: str, *, api_key: str | None = Non
     """
     import httpx
 
-    from ..endpoint.discover import auth_headers
+    from ..endpoint.auth import auth_headers
 
     body = {"model": model, "prompt": "Hello", "max_tokens": 1}
     try:

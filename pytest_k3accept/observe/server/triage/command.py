@@ -31,7 +31,7 @@ def _lines(stream: BinaryIO) -> Iterator[LogLine]:
     head = stream.read(4)
     for bom, encoding in _BOMS:
         if head.startswith(bom):
-            rest = io.BufferedReader(_Prefixed(head, stream))  # type: ignore[arg-type]
+            rest = io.BufferedReader(_Prefixed(head, stream))
             text = io.TextIOWrapper(rest, encoding=encoding, errors="replace", newline="")
             yield from iter_lines(_Utf8(text))  # type: ignore[arg-type]
             return
