@@ -300,3 +300,64 @@ def test_init_device_is_before_loading() -> None:
     line = "(RayWorkerWrapper pid=9) ERROR 07-01 10:00:00 worker_base.py:1] Error executing " \
         "method init_device. This might cause deadlock in distributed execution.\n"
     assert classify(line, ended=True).stage in ("before-loading", "")
+
+
+def test_round_8_model_construction_frames_are_loading() -> None:
+    # tune-7 h7-load-v012-llama2-70b-column-parallel-torch-empty (vLLM 0.1.2: no loader frame)
+    tb = ("Traceback (most recent call last):\n"
+          '  File "/v/vllm/model_executor/models/llama.py", line 201, in <listcomp>\n'
+          "    LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)\n"
+          '  File "/v/vllm/model_executor/parallel_utils/tensor_parallel/layers.py", line 272, '
+          "in __init__\n    self.weight = Parameter(torch.empty(\n"
+          "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB\n")
+    cls = classify(tb, ended=True)
+    assert (cls.category, cls.stage) == ("loading", "loading")
+    # a forward() frame of the same file is no construction
+    fwd = tb.replace("in <listcomp>", "in forward").replace("in __init__", "in forward")
+    assert classify(fwd, ended=True).category == "unknown"
+
+
+def test_round_8_negative_kv_memory_ray_oom_tail_and_acl() -> None:
+    # tune-7: vllm-omni#469, lmm-r1#71, vllm-ascend#2244
+    neg = (E.replace("ERROR", "INFO") + "Available KV cache memory: -2.77 GiB\n"
+           + E + "EngineCore failed to start.\n")
+    assert classify(neg, ended=True).category == "kv-capacity-at-init"
+    assert classify(neg.replace("-2.77", "2.77"), ended=True).category != "kv-capacity-at-init"
+    ray = ("Refer to the documentation on how to address the out of memory issue: https://docs."
+           "ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Set max_restarts and "
+           "max_task_retries to enable retry when the task crashes due to OOM.\n")
+    assert classify(ray, ended=True).category == "host-oom"
+    acl = ("RuntimeError: SetPrecisionMode:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:156 "
+           "NPU function error: at_npu::native::AclSetCompileopt(aclCompileOpt::ACL_PRECISION_"
+           "MODE, precision_mode), error code is 500001\n"
+           "[Error]: The internal ACL of the system is incorrect.\n")
+    assert classify(acl, ended=True).category == "environment"
+
+
+def test_round_8_gloo_timeout_old_async_callback_and_rpc_step() -> None:
+    gloo = (W + "Error ignored in is_in_the_same_node: [/pytorch/third_party/gloo/gloo/transport/"
+            "tcp/unbound_buffer.cc:133] Timed out waiting 1800000ms for send operation to "
+            "complete\n")
+    assert classify(gloo, ended=True).category == "connection"
+    stats = ("INFO 09-28 06:39:29 llm_engine.py:613] Avg prompt throughput: 0.0 tokens/s, Avg "
+             "generation throughput: 29.2 tokens/s, Running: 1 reqs, Swapped: 0 reqs\n")
+    cb = stats + ("Exception in callback _raise_exception_on_finish(request_tracker=<vllm.engine."
+                  "...x7f71353d42b0>)\n")
+    cls = classify(cb, ended=True)
+    assert (cls.category, cls.stage) == ("serving", "serving")
+    rpc = E + "TimeoutError: RPC call to execute_model timed out.\n"
+    cls = classify(rpc, ended=True)
+    assert (cls.category, cls.stage) == ("connection", "serving")
+
+
+def test_round_8_the_executors_own_sigkill_is_no_outside_kill() -> None:
+    # tune-7 h7-unknown-v08-arctic-worker-traceback-then-self-killed: V1's executor logs this,
+    # then kill_process_tree(os.getpid()); the shell prints "Killed"
+    log = (START + LOADED + "CRITICAL 05-07 19:18:17 [core_client.py:359] Got fatal signal from "
+           "worker processes, shutting down. See stack trace above for root cause issue.\n"
+           "(VllmWorker rank=0 pid=8) Traceback (most recent call last):\nKilled\n")
+    for code in (None, 137):
+        assert classify(log, exit_code=code, ended=True).category == "unknown", code
+    # the same "Killed" without that line is a kill from outside
+    outside = START + LOADED + "Killed\n"
+    assert classify(outside, ended=True).category == "killed"

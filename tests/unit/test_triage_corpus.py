@@ -15,8 +15,8 @@ from pytest_k3accept.observe.server.classify import CATEGORIES, classify
 from pytest_k3accept.observe.server.triage.patterns import STAGES
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage" / "cases.jsonl"
-SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "tune-6", "heldout-2", "heldout-3",
-          "heldout-4", "heldout-5")  # see the corpus README
+SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "tune-6", "tune-7", "heldout-2",
+          "heldout-3", "heldout-4", "heldout-5", "heldout-7")  # see the corpus README
 CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines()
                                if line.strip()]
 
@@ -35,6 +35,15 @@ KNOWN_MISSES = {
     "h6-serving-xpu-llm-scaler-worker-died-busy-loop": "category right; phase: run_busy_loop "
                                                        "reads as serving, labelled after-init "
                                                        "(only /health was answered)",
+    # batch 7 (tune-7), after round 8
+    "h7-cfg-v05-llamamodel-sentence-transformer-arch-jupyter": "category right; phase: Jupyter "
+                                                               "quotes vLLM's source ('logger."
+                                                               "info(\"Loading model weights "
+                                                               "took'), read as that event",
+    "h7-hostoom-v012-backport-marlin-repack-kernel-oom-kill": "category right; phase: the kill "
+                                                              "follows 'Loading weights took' "
+                                                              "(V1 logs it before processing "
+                                                              "the weights), read as loaded",
 }
 
 

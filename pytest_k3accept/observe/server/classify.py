@@ -254,7 +254,8 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
     hits = scan.all_hits()
     if hits:
         hit = min(hits, key=lambda h: (h.tier, h.order))
-        if hit.tier >= 3 and exit_code in _KILLED_EXIT:  # an engine's death, no cause
+        if hit.tier >= 3 and exit_code in _KILLED_EXIT and not scan.self_killed:
+            # an engine's death with no cause, killed from outside
             return _killed(scan, http, exit_code, notes)
         if hit.rule == "engine-dead" and exit_code in (None, 0) and \
                 enginecore.killed_from_outside(

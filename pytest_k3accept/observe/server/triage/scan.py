@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, NOT_EVIDENCE, \
-    PROCESS_START, QUIET_EVIDENCE, RULES, SPECULATION, TRACEBACK, may_match, unwrap, \
-    wrapped_match
+from .patterns import BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
+    LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SPECULATION, \
+    TRACEBACK, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -69,6 +69,7 @@ class Scanner:
     unreadable_lines: int = 0
     last_lineno: int = 0
     last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
+    self_killed: bool = False  # V1's executor killed its own process tree (SELF_KILL)
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -85,6 +86,7 @@ class Scanner:
         self.late_exceptions.clear()
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
+        self.self_killed = False
 
     def all_hits(self) -> list[Hit]:
         """The kept hits, in log order."""
@@ -148,7 +150,12 @@ class Scanner:
             self._tb_stage = None
             return
         m = FRAME.match(text)
-        if m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
+        if m and m.group(1) and self._tb_stage is None and m.group(1) not in FRAME_STAGE \
+                and BUILD_FRAME.search(text):
+            self._tb_dispatch = None
+            self._tb_stage = LOADING
+            self._raise(LOADING)
+        elif m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
             if m.group(1) in DISPATCH_FRAMES:
                 self._tb_dispatch = FRAME_STAGE[m.group(1)]
                 return
@@ -174,8 +181,12 @@ class Scanner:
         wrapped = text[:1].isalnum() and not text[:1].isupper() and self._prev[-1:].isalnum()
         if not may_match(self._prev[-120:] + text if wrapped else text):
             return
+        if SELF_KILL.search(text):
+            self.self_killed = True
         for rule, kind, tier, pat in RULES:
             if pat.search(text) or (wrapped and wrapped_match(pat, self._prev, text)):
+                if kind == "killed" and self.self_killed:
+                    return  # the executor's own SIGKILL of its process tree (SELF_KILL)
                 hit = Hit(rule, kind, tier, self._order, line, text, self.stage)
                 (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
                 return
