@@ -96,54 +96,154 @@ def _settled(scraper: Any, before: Any, count: int, timeout: float = 10.0) -> An
         time.sleep(0.1)
 
 
-def _raw_aiohttp(base_url: str, model: str, messages: list[dict[str, Any]], *, conc: int,
-                 n: int, chunks: int) -> list[tuple[float, float, float]]:
-    """(TTFT, e2e, first event) seconds of ``n`` streamed requests at ``conc`` streams
-    through raw aiohttp: one session, ``readline`` over the event stream. TTFT is the first
-    event with output text, as the runner counts it (vLLM's first event is the assistant
-    role with empty content, and a random-weight model's first tokens can decode to no
-    text); "first event" is the first ``choices`` event, whatever it carries."""
+def _raw_body(model: str, messages: list[dict[str, Any]], chunks: int) -> bytes:
     import json as _json
 
-    import aiohttp
-
-    body = _json.dumps({"model": model, "messages": messages, "max_tokens": chunks,
+    return _json.dumps({"model": model, "messages": messages, "max_tokens": chunks,
                         "stream": True, "stream_options": {"include_usage": True},
                         "ignore_eos": True}).encode()
+
+
+async def _raw_one(session: Any, url: str, body: bytes) -> tuple[float, float, float]:
+    """(TTFT, e2e, first event) seconds of one streamed request through raw aiohttp:
+    ``readline`` over the event stream. TTFT is the first event with output text, as the
+    runner counts it (vLLM's first event is the assistant role with empty content, and a
+    random-weight model's first tokens can decode to no text); "first event" is the first
+    ``choices`` event, whatever it carries."""
+    import json as _json
+
+    t0 = time.perf_counter()
+    first = event = None
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) \
+            as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"raw aiohttp: HTTP {resp.status}: {(await resp.text())[:200]}")
+        async for line in resp.content:
+            if line[:5] != b"data:":
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            if first is None:
+                now = time.perf_counter()
+                choices = _json.loads(data).get("choices") or [{}]
+                event = event or (now if choices != [{}] else None)
+                if (choices[0].get("delta") or {}).get("content"):
+                    first = now
+    end = time.perf_counter()
+    return (first or end) - t0, end - t0, (event or end) - t0
+
+
+def _raw_session() -> Any:
+    import aiohttp
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=600))
+
+
+def _raw_aiohttp(base_url: str, model: str, messages: list[dict[str, Any]], *, conc: int,
+                 n: int, chunks: int) -> list[tuple[float, float, float]]:
+    """:func:`_raw_one` for ``n`` requests at ``conc`` streams over one session."""
+    body = _raw_body(model, messages, chunks)
     url = f"{base_url}/v1/chat/completions"
 
     async def go() -> list[tuple[float, float, float]]:
         out: list[tuple[float, float, float]] = []
         todo = iter(range(n))
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                         timeout=timeout) as session:
+        async with _raw_session() as session:
             async def worker() -> None:
                 for _ in todo:
-                    t0 = time.perf_counter()
-                    first = event = None
-                    async with session.post(url, data=body, headers={
-                            "Content-Type": "application/json"}) as resp:
-                        if resp.status != 200:
-                            raise RuntimeError(f"raw aiohttp: HTTP {resp.status}: "
-                                               f"{(await resp.text())[:200]}")
-                        async for line in resp.content:
-                            if line[:5] != b"data:":
-                                continue
-                            data = line[5:].strip()
-                            if data == b"[DONE]":
-                                break
-                            if first is None:
-                                now = time.perf_counter()
-                                choices = _json.loads(data).get("choices") or [{}]
-                                event = event or (now if choices != [{}] else None)
-                                if (choices[0].get("delta") or {}).get("content"):
-                                    first = now
-                    end = time.perf_counter()
-                    out.append(((first or end) - t0, end - t0, (event or end) - t0))
+                    out.append(await _raw_one(session, url, body))
             await asyncio.gather(*(worker() for _ in range(conc)))
         return out
     return asyncio.run(go())
+
+
+def paired(runner: list[float], raw: list[float]) -> dict[str, float | int | None]:
+    """Paired differences ``runner[i] - raw[i]`` (ms, each pair run back to back): median,
+    mean and the half-width of the mean's 95 % interval (normal approximation)."""
+    import statistics
+
+    d = [a - b for a, b in zip(runner, raw)]
+    if not d:
+        return {"pairs": 0, "median": None, "mean": None, "ci95": None}
+    sd = statistics.stdev(d) if len(d) > 1 else None
+    return {"pairs": len(d), "median": statistics.median(d), "mean": statistics.fmean(d),
+            "ci95": 1.96 * sd / len(d) ** 0.5 if sd is not None else None}
+
+
+def measure_paired(base_url: str, *, n: int, chunks: int = 16,
+                   messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """At 1 stream, one request at a time, runner and raw aiohttp alternating (ABBA, so a
+    drift of the machine cancels), ``/metrics`` scraped after every request: each request's
+    own server TTFT / e2e (the histogram's sum moved by exactly that request), so what each
+    client adds over the server's clock is known per request and the two clients are
+    compared pair by pair, not mean against mean of different requests."""
+    from pytest_k3accept.observe.endpoint.client import K3Client
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.runner import run_load
+    from pytest_k3accept.observe.metrics import MetricsScraper
+
+    model = _served_model(base_url)
+    messages = messages or [{"role": "user", "content": PROMPT}]
+    req = [{"messages": messages, "max_tokens": chunks}]
+    prof = LoadProfile(name="accuracy", concurrency=1, requests=1, output_tokens=chunks,
+                       ignore_eos=True, max_seconds=3600.0)
+    body = _raw_body(model, messages, chunks)
+    url = f"{base_url}/v1/chat/completions"
+    scraper = MetricsScraper(base_url, timeout=30.0)
+    added: dict[str, dict[str, list[float]]] = {
+        who: {"ttft": [], "e2e": []} for who in ("runner", "raw")}
+
+    async def go() -> None:
+        async with K3Client(base_url, model, timeout=900.0) as client, \
+                _raw_session() as session:
+            await run_load(client, req, prof.replace("warm"), metrics=False)
+            await _raw_one(session, url, body)
+            order = [("runner", "raw"), ("raw", "runner")]
+            for i in range(n):
+                for who in order[i % 2]:
+                    before = scraper.scrape()
+                    if who == "runner":
+                        res = await run_load(client, req, prof, metrics=False)
+                        s = res.summary
+                        if not s["ok"]:
+                            raise RuntimeError(f"runner request failed: {s}")
+                        ttft, e2e = s["ttft"]["mean"], s["e2e"]["mean"]
+                    else:
+                        ttft, e2e, _ = await _raw_one(session, url, body)
+                    delta = _settled(scraper, before, 1) - before
+                    for key, name, value in (("ttft", TTFT, ttft), ("e2e", E2E, e2e)):
+                        server_sum, count = delta.histogram(name)
+                        if count != 1:
+                            raise RuntimeError(f"{name}: {count} requests counted, not 1")
+                        added[who][key].append((value - server_sum) * 1e3)
+
+    asyncio.run(go())
+    scraper.close()
+    out: dict[str, Any] = {"concurrency": 1, "requests": n, "ok": n, "server_count": 2 * n,
+                           "pairs": n}
+    for key in ("ttft", "e2e"):
+        import statistics
+
+        out[f"{key}_added_median_ms"] = statistics.median(added["runner"][key])
+        out[f"{key}_raw_added_median_ms"] = statistics.median(added["raw"][key])
+        out[f"{key}_paired_ms"] = paired(added["runner"][key], added["raw"][key])
+    return out
+
+
+def paired_line(p: dict[str, Any]) -> str:
+    """A paired phase as a table line (ms)."""
+    ctx = f"{p['context_tokens']}t" if p.get("context_tokens") else "short"
+    parts = [f"{ctx:<7} c=1   pairs={p['pairs']:<3}"]
+    for key in ("ttft", "e2e"):
+        d = p[f"{key}_paired_ms"]
+        ci = "" if d["ci95"] is None else f" +- {d['ci95']:.2f}"
+        runner, raw = p[f"{key}_added_median_ms"], p[f"{key}_raw_added_median_ms"]
+        parts.append(f"{key.upper() if key == 'ttft' else key} added median runner "
+                     f"{runner:+.2f} raw {raw:+.2f}; runner - raw per pair: median "
+                     f"{d['median']:+.2f}, mean {d['mean']:+.2f}{ci}")
+    return " | ".join(parts)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -220,10 +320,13 @@ def _messages(base_url: str, tokens: int) -> list[dict[str, Any]]:
 
 
 def run(phases: list[tuple[int, int]], log: Callable[[str], object] = print,
-        telemetry_s: float = 5.0, contexts: tuple[int, ...] = (0,)) -> dict[str, Any]:
+        telemetry_s: float = 5.0, contexts: tuple[int, ...] = (0,),
+        pairs: dict[int, int] | None = None) -> dict[str, Any]:
     """Start the testbed, measure each (concurrency, requests) phase at each context length
-    (0 = the short default prompt; longer ones on the ``long`` model), then the telemetry
-    sampler's CPU cost against the same server; stop the server."""
+    (0 = the short default prompt; longer ones on the ``long`` model), and where ``pairs``
+    names the length, that many runner / raw aiohttp pairs one request at a time
+    (:func:`measure_paired`); then the telemetry sampler's CPU cost against the same server;
+    stop the server."""
     from overhead import telemetry_cpu
 
     t0 = time.monotonic()
@@ -241,6 +344,11 @@ def run(phases: list[tuple[int, int]], log: Callable[[str], object] = print,
                 p["context_tokens"] = tokens or None
                 results.append(p)
                 log(line(p))
+            if (pairs or {}).get(tokens):
+                p = measure_paired(tb.base_url, n=(pairs or {})[tokens], messages=messages)
+                p["context_tokens"] = tokens or None
+                results.append(p)
+                log(paired_line(p))
         tel = telemetry_cpu(tb.base_url, seconds=telemetry_s)
     return {"phases": results, "telemetry": tel}
 
@@ -270,13 +378,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--contexts", default="0", help="prompt tokens, e.g. 0,8192,32768")
     ap.add_argument("--phases", default="1=40,64=256",
-                    help="concurrency=requests pairs, e.g. 1=8,8=16")
+                    help="concurrency=requests pairs, e.g. 1=8,8=16 ('' for none)")
+    ap.add_argument("--pairs", default="",
+                    help="context=pairs at 1 stream, one request at a time, runner and raw "
+                         "aiohttp alternating, e.g. 0=40,8192=20,32768=10")
     a = ap.parse_args(argv)
-    phases = [(int(c), int(n)) for c, n in (p.split("=") for p in a.phases.split(","))]
+    phases = [(int(c), int(n)) for c, n in (p.split("=") for p in a.phases.split(",") if p)]
+    pairs = {int(c): int(n) for c, n in (p.split("=") for p in a.pairs.split(",") if p)}
     contexts = tuple(int(x) for x in a.contexts.split(","))
+    contexts = tuple(dict.fromkeys(contexts + tuple(pairs)))
     print(f"# accuracy: runner and raw aiohttp vs vLLM's own histograms (means, ms); "
           f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}", flush=True)
-    run(phases, lambda s: print(s, flush=True), contexts=contexts)
+    run(phases, lambda s: print(s, flush=True), contexts=contexts, pairs=pairs)
     return 0
 
 

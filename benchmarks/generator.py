@@ -1,0 +1,115 @@
+"""The synthetic generator's cost: prompts of exactly N tokens, built on the real vLLM server.
+
+``python benchmarks/generator.py [--lengths 8192,32768,131072,524288,1048576] [--repeats 2]``
+starts the embedded CPU vLLM testbed with the ``long`` model (``max_position_embeddings``
+1,048,576, served with a 128K context, as ``accuracy.py`` does) and builds one prompt of each
+length with :func:`pytest_k3accept.observe.load.synthetic.generate`, the generator that
+``context_tokens`` profiles use. The prompt's length is measured by the server's own
+``/tokenize`` (vLLM checks no context length there, so prompts longer than the served context
+can be counted; serving them is another matter). Printed per length: ``/tokenize`` calls,
+seconds per prompt (best of ``--repeats``), microseconds per token, the token count the server
+measured, and the growth against the previous length (seconds ratio / tokens ratio: <= 1 is at
+most linear). What grows with the length is the server's tokenization of each probe; the number
+of calls stays a handful (secant search).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import sys
+import time
+from typing import Any
+
+
+def build(base_url: str, model: str, tokens: int) -> dict[str, Any]:
+    """One prompt of ``tokens`` tokens: calls, seconds and the measured length."""
+    from pytest_k3accept.observe.endpoint.client import K3Client
+    from pytest_k3accept.observe.load.profile import LoadProfile
+    from pytest_k3accept.observe.load.synthetic import generate, tokenize_counter
+
+    calls = 0
+
+    async def go() -> Any:
+        nonlocal calls
+        async with K3Client(base_url, model, timeout=600.0) as client:
+            inner = tokenize_counter(client)
+
+            async def counting(messages: list[dict[str, Any]], gen: bool) -> int:
+                nonlocal calls
+                calls += 1
+                return await inner(messages, gen)
+            return await generate(client, LoadProfile(
+                name=f"gen-{tokens}", context_tokens=tokens, requests=1, output_tokens=4,
+                seed=tokens), counter=counting)
+
+    t0 = time.perf_counter()
+    rs = asyncio.run(go())
+    seconds = time.perf_counter() - t0
+    measured = rs.meta.get("measured_prompt_tokens") or [None]
+    return {"tokens": tokens, "calls": calls, "seconds": seconds, "measured": measured[0],
+            "deviation": rs.meta.get("max_prompt_deviation")}
+
+
+def growth(rows: list[dict[str, Any]]) -> list[float | None]:
+    """Per row, (seconds ratio) / (tokens ratio) against the previous row (None for the first):
+    <= 1 means the cost grew at most linearly with the length."""
+    out: list[float | None] = [None]
+    for prev, row in zip(rows, rows[1:]):
+        out.append((row["seconds"] / prev["seconds"]) / (row["tokens"] / prev["tokens"]))
+    return out
+
+
+def slope(rows: list[dict[str, Any]]) -> float | None:
+    """Least-squares slope of log(seconds) against log(tokens) (1 = proportional)."""
+    if len(rows) < 2:
+        return None
+    xs = [math.log(r["tokens"]) for r in rows]
+    ys = [math.log(r["seconds"]) for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else None
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as text."""
+    lines = [f"{'tokens':>9} {'calls':>5} {'seconds':>8} {'us/token':>8} {'measured':>9} "
+             f"{'growth':>6}"]
+    for row, g in zip(rows, growth(rows)):
+        lines.append(f"{row['tokens']:>9} {row['calls']:>5} {row['seconds']:>8.2f} "
+                     f"{row['seconds'] / row['tokens'] * 1e6:>8.1f} {row['measured']!s:>9} "
+                     f"{'-' if g is None else format(g, '.2f'):>6}")
+    s = slope(rows)
+    if s is not None:
+        lines.append(f"log-log slope of seconds against tokens: {s:.2f} (1 = linear)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python benchmarks/generator.py``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="8192,32768,131072,524288,1048576")
+    ap.add_argument("--repeats", type=int, default=2, help="builds per length; best kept")
+    a = ap.parse_args(argv)
+    from accuracy import Testbed, _served_model
+
+    lengths = [int(x) for x in a.lengths.split(",")]
+    print(f"# synthetic generator on the long testbed model; {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    t0 = time.monotonic()
+    with Testbed(variant="long", max_model_len=131_072, kv_cache_bytes=256 << 20) as tb:
+        print(f"# server ready in {time.monotonic() - t0:.0f} s", flush=True)
+        model = _served_model(tb.base_url)
+        rows = []
+        for n in lengths:
+            runs = [build(tb.base_url, model, n) for _ in range(max(1, a.repeats))]
+            rows.append(min(runs, key=lambda r: r["seconds"]))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())
