@@ -28,19 +28,14 @@ def build(base_url: str, model: str, tokens: int) -> dict[str, Any]:
     """One prompt of ``tokens`` tokens: calls, seconds and the measured length."""
     from pytest_k3accept.observe.endpoint.client import K3Client
     from pytest_k3accept.observe.load.profile import LoadProfile
-    from pytest_k3accept.observe.load.synthetic import generate, tokenize_counter
+    from pytest_k3accept.observe.load.synthetic import CallCounting, generate, tokenize_counter
 
-    calls = 0
+    counting: CallCounting | None = None
 
     async def go() -> Any:
-        nonlocal calls
+        nonlocal counting
         async with K3Client(base_url, model, timeout=600.0) as client:
-            inner = tokenize_counter(client)
-
-            async def counting(messages: list[dict[str, Any]], gen: bool) -> int:
-                nonlocal calls
-                calls += 1
-                return await inner(messages, gen)
+            counting = CallCounting(tokenize_counter(client))
             return await generate(client, LoadProfile(
                 name=f"gen-{tokens}", context_tokens=tokens, requests=1, output_tokens=4,
                 seed=tokens), counter=counting)
@@ -49,6 +44,7 @@ def build(base_url: str, model: str, tokens: int) -> dict[str, Any]:
     rs = asyncio.run(go())
     seconds = time.perf_counter() - t0
     measured = rs.meta.get("measured_prompt_tokens") or [None]
+    calls = counting.calls if counting is not None else 0
     return {"tokens": tokens, "calls": calls, "seconds": seconds, "measured": measured[0],
             "deviation": rs.meta.get("max_prompt_deviation")}
 

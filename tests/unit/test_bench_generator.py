@@ -55,3 +55,17 @@ def test_accuracy_pairs_are_compared_pair_by_pair() -> None:
                                  **{f"{k}_raw_added_median_ms": 0.7 for k in ("ttft", "e2e")},
                                  **{f"{k}_paired_ms": d for k in ("ttft", "e2e")}})
     assert line.startswith("short   c=1   pairs=4") and "median +0.30, mean +0.30 +- 0.00" in line
+
+
+def test_call_counting_counts_and_passes_the_answer_through() -> None:
+    import asyncio
+
+    from pytest_k3accept.observe.load.synthetic import CallCounting
+
+    async def inner(messages: list[dict[str, object]], gen: bool) -> int:
+        return len(messages) + (1 if gen else 0)
+
+    counting = CallCounting(inner)
+    assert asyncio.run(counting([{}, {}], True)) == 3
+    assert asyncio.run(counting([], False)) == 0
+    assert counting.calls == 2

@@ -113,6 +113,18 @@ class _Builder:
         return _text(seed, n), got
 
 
+class CallCounting:
+    """A :data:`Counter` that counts its own calls: the generator's cost in ``/tokenize``
+    calls (the benchmark and the long-context tests print it)."""
+
+    def __init__(self, inner: Counter) -> None:
+        self.inner, self.calls = inner, 0
+
+    async def __call__(self, messages: list[dict[str, Any]], generation_prompt: bool) -> int:
+        self.calls += 1
+        return await self.inner(messages, generation_prompt)
+
+
 def tokenize_counter(client: Any, tools: Sequence[dict[str, Any]] | None = None) -> Counter:
     """A counter over ``K3Client.tokenize``: rendered chat length in the served model's tokens."""
     extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
