@@ -361,3 +361,61 @@ def test_round_8_the_executors_own_sigkill_is_no_outside_kill() -> None:
     # the same "Killed" without that line is a kill from outside
     outside = START + LOADED + "Killed\n"
     assert classify(outside, ended=True).category == "killed"
+
+
+def test_round_9_collector_prefixes_are_cut_where_vllms_line_starts() -> None:
+    # tune-8: GKE Cloud Logging and Docker Desktop put their own stamp before vLLM's line
+    frame = '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 1, in _dummy_sampler_run'
+    for prefix in ("INFO 2025-11-19T20:16:36.096501749Z [resource.labels.containerName: vllm] "
+                   "(EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 [v1/engine/core.py:842] ",
+                   "2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] "):
+        assert classify(prefix + frame + "\n", ended=True).stage == "kv-sizing", prefix
+    # vLLM's own line is never cut, whatever it quotes
+    line = "ERROR 07-09 17:59:40 [core.py:586] worker (EngineCore pid=1) said x"
+    assert unwrap(line) == line
+
+
+def test_round_9_wordings() -> None:
+    v0 = ("INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; the rest of the "
+          "memory reserved for KV Cache is -1.05GiB.\n"
+          "INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681\n")
+    assert classify(v0, ended=True).category == "kv-capacity-at-init"
+    driver = E + "RuntimeError: CUDA driver error: out of memory\n"
+    assert classify(START + driver, ended=True).category == "loading"
+    cann = ("(RayWorkerWrapper pid=1954) [ASSERT] [CANN_VERSION : 8.1.RC1][TimeStamp : 0] "
+            "gather_v3_base.h:137: Assertion `(0 <= val)' Index 4096 out of range[0 4096)!\n")
+    served = START + LOADED + INIT + "INFO 06-11 13:31:07 [async_llm_engine.py:211] Added " \
+        "request chatcmpl-1.\n"
+    assert classify(served + cann, ended=True).category == "serving"
+    hccl = ("EI0002: [PID: 13075] 2025-06-25-10:45:23.586.187 The wait execution of the Notify "
+            "register times out. Reason: no Notify record from remote rank\n")
+    assert classify(hccl, ended=True).category == "connection"
+    inspect = ("ERROR 10-23 23:20:26 registry.py:272] Error in inspecting model architecture "
+               "'LlamaForCausalLM'\nValueError: Model architectures ['LlamaForCausalLM'] are not "
+               "supported for now.\n")
+    assert classify(inspect, ended=True).category == "environment"
+
+
+def test_round_9_stops_from_outside_are_killed() -> None:
+    term = (START + LOADED + INIT + "(EngineCore pid=7) INFO 11-29 23:52:00 [core.py:1455] "
+            "[shutdown] EngineCore: trigger received signal=SIGTERM\n"
+            + E + "EngineDeadError: EngineCore encountered an issue.\n")
+    assert classify(term, ended=True).category == "killed"
+    worker = ("(Worker_DP0_TP0 pid=1387) WARNING 04-03 16:05:24 [multiproc_executor.py:866] "
+              "WorkerProc was terminated\n")
+    assert classify(START + worker, ended=True).category == "killed"
+    ctrl_c = ("[rank0]: KeyboardInterrupt\nERROR 08-17 23:28:45 multiproc_worker_utils.py:120] "
+              "Worker VllmWorkerProcess pid 1221546 died, exit code: -15\n")
+    assert classify(ctrl_c, ended=True).category == "killed"
+
+
+def test_round_9_the_sigterms_after_an_engines_death_are_consequences() -> None:
+    # vLLM stops its other engine cores with SIGTERM once one died: the death stays the cause
+    log = (START + LOADED + INIT + "(APIServer pid=1) INFO:     1.2.3.4:5 - \"POST /v1/chat/"
+           "completions HTTP/1.1\" 200 OK\n"
+           "(EngineCore_DP0 pid=7) ERROR 11-29 23:52:00 [core.py:1] EngineCore encountered a "
+           "fatal error.\n"
+           "(EngineCore_DP1 pid=9) INFO 11-29 23:52:00 [core.py:1455] [shutdown] EngineCore: "
+           "trigger received signal=SIGTERM\n")
+    cls = classify(log, ended=True)
+    assert (cls.category, cls.rule) == ("serving", "engine-dead")

@@ -15,8 +15,8 @@ from pytest_k3accept.observe.server.classify import CATEGORIES, classify
 from pytest_k3accept.observe.server.triage.patterns import STAGES
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage" / "cases.jsonl"
-SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "tune-6", "tune-7", "heldout-2",
-          "heldout-3", "heldout-4", "heldout-5", "heldout-7")  # see the corpus README
+SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "tune-6", "tune-7", "tune-8",
+          "heldout-2", "heldout-3", "heldout-4", "heldout-5", "heldout-8")  # see the corpus README
 CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines()
                                if line.strip()]
 
@@ -44,6 +44,15 @@ KNOWN_MISSES = {
                                                               "follows 'Loading weights took' "
                                                               "(V1 logs it before processing "
                                                               "the weights), read as loaded",
+    # batch 8 (tune-8), after round 9
+    "h8-servingoom-v0-mqllmengine-dead-500-prompt-logprobs": "category right; phase: the OOM "
+                                                             "is placed by the engine's death "
+                                                             "(after-init); the frame that "
+                                                             "shows a step is cut",
+    "h8-serving-triton-ray-v0-task-finished-execute-model-cut": "category right; phase: 'Task "
+                                                                "finished unexpectedly' shows "
+                                                                "after-init, the serving frames "
+                                                                "are V0's ambiguous execute_model",
 }
 
 

@@ -90,11 +90,11 @@ ADVICE: dict[str, str] = {
         "(--swap-space, CPU offload, CPU KV cache, processes per node). Lowering GPU memory "
         "use, context length or concurrency does not address it."),
     "killed": (
-        "The process was killed from outside (SIGKILL / exit 137) and the log shows no "
-        "out-of-memory line: check the kernel log (dmesg) for the OOM killer and the "
-        "container's state (OOMKilled), then whatever supervises the server (a probe, a "
-        "timeout, an operator). This is not evidence about the network, the environment or "
-        "capacity."),
+        "The process was killed from outside (SIGKILL / exit 137, or a SIGTERM / SIGINT it "
+        "did not send itself) and the log shows no out-of-memory line: check the kernel log "
+        "(dmesg) for the OOM killer and the container's state (OOMKilled), then whatever "
+        "supervises the server (a probe, an eviction or rollout, a timeout, an operator). "
+        "This is not evidence about the network, the environment or capacity."),
     "unknown": (
         "The server failed, but the cause is not one of the known patterns: read the quoted "
         "last error lines. No conclusion about memory, capacity, the network or the "

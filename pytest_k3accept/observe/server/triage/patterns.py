@@ -50,14 +50,25 @@ _WRAPPERS = re.compile(
     r"\((?:[\w.=() -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
 
 
+#: the start of vLLM's own line: a process tag or its logger's "LEVEL MM-DD HH:MM:SS"
+_VLLM_HEAD = re.compile(r"\((?:[\w.=() -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s|"
+                        r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d\b")
+
+
 def unwrap(text: str) -> str:
     """The line without the wrappers that docker, kubectl, journald, Ray, vLLM's process tags
-    and terminals put in front of it (repeatedly: they nest)."""
+    and terminals put in front of it (repeatedly: they nest). A prefix none of those shapes
+    describes (a log collector's own stamp and labels, e.g. GKE's ``INFO <RFC 3339>
+    [resource.labels.containerName: vllm] ``, Docker Desktop's ``<date> <time> ``) is cut
+    where vLLM's own line starts, if it starts within the first 160 characters."""
     for _ in range(8):
         m = _WRAPPERS.match(text)
         if not m or not m.group(0):
-            return text
+            break
         text = text[m.end():]
+    head = _VLLM_HEAD.search(text, 0, 200)
+    if head and 0 < head.start() <= 160 and not _VLLM_HEAD.match(text):
+        return unwrap(text[head.start():])
     return text
 
 
@@ -74,7 +85,10 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            # Ascend: torch_npu cannot set up the device's runtime (a CANN image that does not
            # match the driver; vllm-ascend#2244)
            r"NPU function error: at_npu::native::AclSetCompileopt|"
-           r"The internal ACL of the system is incorrect")
+           r"The internal ACL of the system is incorrect|"
+           # V0 0.6: the model registry inspects architectures in a subprocess; its failure
+           # is a broken install, whatever "not supported" follows (vllm#9624)
+           r"Error in inspecting model architecture")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -94,7 +108,9 @@ _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored|"
        # V1's worker logs what the profile run left for KV (INFO); a negative figure is the
        # KV-capacity failure itself, whatever the error after it says (vllm-omni#469)
-       r"Available KV cache memory: -\d")
+       r"Available KV cache memory: -\d|"
+       # V0 (0.6-0.7) profiling: the same shortfall in its own words, then zero device blocks
+       r"memory reserved for KV Cache is -\d|# (?:GPU|cuda) blocks: 0\b")
 _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              # the end of the Ray memory monitor's kill message (printed only when it killed
              # a worker): its documentation link and retry advice (lmm-r1#71)
@@ -103,14 +119,17 @@ _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              r"oom-kill:|Memory cgroup out of memory|\bOOMKilled\b|oom_reaper")
 _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMemoryError|"
         r"Cannot allocate memory|RESOURCE_EXHAUSTED|alloc device memory failed|"
-        r"Memory_Allocation_Failure|out of memory \(OOM\)|CUDA error: out of memory|"
+        r"Memory_Allocation_Failure|out of memory \(OOM\)|"
+        r"(?:CUDA|HIP) (?:driver )?error: out of memory|"
         r"Aborted due to the lack of CPU swap space")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
           # the fatal-signal banner of tvm_ffi (flashinfer's FFI, loaded by vLLM's CUDA
           # builds): tvm_ffi/src/ffi/backtrace.cc TVMFFISegFaultHandler
           r"!!!!!!! Segfault encountered|"
-          r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus")
+          r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus|"
+          # Ascend: an AscendC kernel's assertion and the AI core's inner error (CANN)
+          r"\[ASSERT\] \[CANN_VERSION|EZ9999: Inner Error")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -124,10 +143,18 @@ _INTERCONNECT = (
     r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
     # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
     # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
-    r"HCCL function error|call hccl api failed")
+    r"HCCL function error|call hccl api failed|"
+    # CANN: a collective's wait for a remote rank timed out (EI0002)
+    r"The wait execution of the Notify register times out")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
+#: stopped from outside by a catchable signal: SIGTERM / SIGINT as V1 logs them, Ctrl-C's
+#: exception, a worker that exited on signal 15. Tier 3, like an engine's death: the earlier
+#: line wins, so a signal that comes first is the cause (tune-8, vllm#50067: SIGTERM, then
+#: EngineDeadError), and the SIGTERMs vLLM sends its other processes after one died are not
+_STOPPED = (r"EngineCore: trigger received signal=SIG(?:TERM|INT)|WorkerProc was terminated|"
+            r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt\s*$|died, exit code:? -15\b")
 _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
@@ -154,7 +181,7 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     # (tier 2: the message, when it is there, is the line to quote)
     ("kv-check-frame", "kv-capacity-at-init", 2, re.compile(
         r'(?:", line \d+, in |^\s*|\]\s+)(?:raise_if_cache_size_invalid|'
-        r'_check_enough_kv_cache_memory)\b')),
+        r'_?check_enough_kv_cache_memory)\b')),
     # reading the weights: the host cannot map a checkpoint file (safetensors' mmap, ENOMEM)
     ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory|"
                                           r"unable to mmap \d+ bytes from file", _I)),
@@ -167,6 +194,7 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
         r"Symbol not found: ", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
+    ("stopped-from-outside", "killed", 3, re.compile(_STOPPED, _I)),
     ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
     ("engine-dead", "fatal", 4, re.compile(_STEP_DUMP, _I)),
 )
@@ -182,7 +210,12 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
 #: ImportError('... undefined symbol ...')"; a missing module, as on TPU builds, is not)
 QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to import from vllm\._C "
                             r"with ImportError\(.*(?:undefined symbol|Symbol not found)|"
-                            r"Available KV cache memory: -\d", _I)
+                            r"Available KV cache memory: -\d|memory reserved for KV Cache is -\d|"
+                            r"# (?:GPU|cuda) blocks: 0\b|"
+                            # V1 0.32: a worker that got SystemExit with no shutdown requested
+                            r"WorkerProc was terminated|"
+                            # V1's engine core: a SIGTERM / SIGINT from outside
+                            r"EngineCore: trigger received signal=SIG(?:TERM|INT)", _I)
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
@@ -211,7 +244,9 @@ TRIGGERS = (
     "background task", "unexpectedly", "asgi", "workerproc", "initialization failed",
     "frontend process", "core dumped", "the actor", "swap space",
     "prefix_cache_retention_interval", "mmap", "symbol not found", "failed execution",
-    "dumping", "internal acl", "_raise_exception_on_finish")
+    "dumping", "internal acl", "_raise_exception_on_finish", "cann_version", "ez9999",
+    "inspecting model", "notify register", "received signal", "terminated",
+    "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks")
 
 
 def may_match(text: str) -> bool:
@@ -243,7 +278,7 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # a checkpoint file being mapped: the weights are being read
                          r"unable to mmap \d+ bytes from file", _I)),
     (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
-                    r"memory|Memory profiling|# ?GPU blocks:|KV cache size:|Maximum concurrency "
+                    r"memory|Memory profiling|# ?(?:GPU|cuda) blocks:|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
@@ -272,7 +307,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
-                            r"errored|Engine loop has died", _I)),
+                            r"errored|Engine loop has died|"
+                            # V0: AsyncLLMEngine's background loop task (started after init)
+                            # ended
+                            r"Task finished unexpectedly", _I)),
     (KV, re.compile(r"(?:executing|processing) method (?:initialize_cache|determine_num_available_"
                     r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
                     r"_model)", _I)),
@@ -287,6 +325,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
 #: traceback frame (function name) -> stage; the outermost recognised frame of a traceback wins
 FRAME_STAGE: dict[str, int] = {
     **dict.fromkeys(("load_model", "load_weights", "get_model", "make_layers", "create_weights",
+                     # quantized weights are repacked after they are read, still in load_model
+                     "process_weights_after_loading", "gptq_marlin_repack",
+                     "awq_marlin_repack", "gptq_marlin_moe_repack",
                      "initialize_model", "_initialize_model", "weight_loader", "_load_model",
                      "load_model_weights",
                      "safetensors_weights_iterator"),
@@ -296,7 +337,9 @@ FRAME_STAGE: dict[str, int] = {
                      "initialize_kv_cache", "get_kv_cache_configs", "get_kv_cache_config",
                      "_check_enough_kv_cache_memory", "capture_model", "_init_cache",
                      "raise_if_cache_size_invalid", "compile_or_warm_up_model", "capture_end",
-                     "initialize_cache", "_initialize_kv_cache"), KV),
+                     "initialize_cache", "_initialize_kv_cache", "check_enough_kv_cache_memory",
+                     "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
+                     "_allocate_kv_cache"), KV),
     **dict.fromkeys(("run_busy_loop", "_process_engine_step", "step_fn", "engine_step",
                      "run_engine_loop", "step_async", "execute_model_with_error_logging",
                      "worker_busy_loop", "start_worker_execution_loop", "output_handler",
