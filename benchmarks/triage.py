@@ -1,6 +1,6 @@
 """Triage accuracy on the corpus of real vLLM logs: per category, confusion table, per split.
 
-``python benchmarks/triage.py [--corpus PATH] [--markdown]`` classifies every case of
+``python benchmarks/triage.py [--corpus PATH] [--markdown] [--first-contact]`` classifies every case of
 ``tests/data/triage/cases.jsonl`` (the excerpt, with the exit code the source states) with
 the same classifier ``--k3-launch``, ``--k3-server-log`` and ``k3accept triage`` use, and
 prints: accuracy overall and per split, accuracy per expected category, the confusion table
@@ -133,13 +133,57 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     return "\n".join(out)
 
 
+#: fresh batches and the commit whose rules were frozen when each was collected: the batch's
+#: first contact is re-measured with exactly those rules (``--first-contact``)
+FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "heldout-8": "a4ff148"}
+
+_CLASSIFY_SPLIT = """
+import json, sys
+from pytest_k3accept.observe.server.classify import classify
+ok = n = 0
+for line in open(sys.argv[1], encoding="utf-8"):
+    c = json.loads(line)
+    if c["split"] != sys.argv[2]:
+        continue
+    n += 1
+    ok += classify(c["log"], exit_code=c["exit_code"], ended=True).category == c["expected"]
+print(ok, n)
+"""
+
+
+def first_contact(corpus: Path, split: str, commit: str) -> tuple[int, int]:
+    """(right, cases) of ``split`` with the rules of ``commit`` (git archive of the package
+    into a temporary directory, classified in a subprocess that imports only that copy)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="k3-triage-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "pytest_k3accept"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run([sys.executable, "-c", _CLASSIFY_SPLIT, str(corpus), split],
+                             check=True, capture_output=True, text=True, cwd=tmp,
+                             env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"}).stdout
+    ok, n = (int(x) for x in out.split())
+    return ok, n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path,
                         default=ROOT / "tests" / "data" / "triage" / "cases.jsonl")
     parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
+    parser.add_argument("--first-contact", action="store_true",
+                        help="also re-measure each fresh batch with the rules frozen when it "
+                             "was collected (FIRST_CONTACT; needs the git history)")
     args = parser.parse_args(argv)
     print(report(run(args.corpus), markdown=args.markdown))
+    if args.first_contact:
+        print("\nfirst contact (each fresh batch with the rules frozen when it was collected)")
+        for split, commit in FIRST_CONTACT.items():
+            ok, n = first_contact(args.corpus, split, commit)
+            if n:
+                print(f"  {split:<10} rules at {commit}: {_pct(ok, n)}")
     return 0
 
 
