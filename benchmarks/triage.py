@@ -1,7 +1,7 @@
 """Triage accuracy on the corpus of real vLLM logs: per category, confusion table, per split.
 
-``python benchmarks/triage.py [--corpus PATH] [--markdown] [--first-contact]`` classifies every case of
-``tests/data/triage/cases.jsonl`` (the excerpt, with the exit code the source states) with
+``python benchmarks/triage.py [--corpus PATH] [--markdown] [--first-contact]`` classifies
+every case of ``tests/data/triage/cases.jsonl`` (the excerpt, with the exit code the source states) with
 the same classifier ``--k3-launch``, ``--k3-server-log`` and ``k3accept triage`` use, and
 prints: accuracy overall and per split, accuracy per expected category, the confusion table
 (rows: the label, columns: the answer), the confusions between ``loading``,
@@ -133,9 +133,11 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     return "\n".join(out)
 
 
+ROUND_10 = "HEAD"  # replaced by the commit that freezes round 10
 #: fresh batches and the commit whose rules were frozen when each was collected: the batch's
 #: first contact is re-measured with exactly those rules (``--first-contact``)
-FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "heldout-8": "a4ff148"}
+FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
+                 "heldout-9": ROUND_10}
 
 _CLASSIFY_SPLIT = """
 import json, sys

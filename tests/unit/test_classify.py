@@ -419,3 +419,27 @@ def test_round_9_the_sigterms_after_an_engines_death_are_consequences() -> None:
            "trigger received signal=SIGTERM\n")
     cls = classify(log, ended=True)
     assert (cls.category, cls.rule) == ("serving", "engine-dead")
+
+
+def test_round_10_wordings_and_frames() -> None:
+    # tune-9: vllm#13091, vllm#25837, wtdcode/vllm-backport#94, vllm-ascend#10861, vllm-omni#3683
+    ld = "/usr/bin/ld: cannot find -lcuda: No such file or directory\n"
+    assert classify(START + ld, ended=True).category == "environment"
+    util = ("ValueError: Free memory on device (3.22/4.0 GiB) on startup is less than desired "
+            "GPU memory utilization (0.9, 3.6 GiB).\n")
+    assert classify(util, ended=True).category == "config"
+    step = (W + "Traceback (most recent call last):\n"
+            + W + '  File "/v/vllm/v1/worker/gpu_worker.py", line 9, in execute_model\n'
+            + "[rank5]:[W1 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on "
+            "device 5 while trying to allocate 671088640 bytes\n")
+    cls = classify(step, ended=True)
+    assert (cls.category, cls.stage) == ("serving-oom", "serving")
+    # V0's execute_model also runs in the profile run: it places nothing
+    v0 = step.replace("/v1/worker/", "/worker/")
+    assert classify(v0, ended=True).category == "unknown"
+    shm = (E + '  File "/v/vllm/distributed/device_communicators/shm_broadcast.py", line 631, '
+           "in timeout_ms\n" + E + "    raise TimeoutError\n")
+    assert classify(START + LOADED + INIT + shm, ended=True).category == "connection"
+    kill = ("[reliability][process-kill] tree-kill pid=354475 name=VLLM::EngineCore "
+            "signal=SIGTERM\n")
+    assert classify(START + LOADED + INIT + kill, ended=True).category == "killed"

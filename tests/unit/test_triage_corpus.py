@@ -16,7 +16,8 @@ from pytest_k3accept.observe.server.triage.patterns import STAGES
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "triage" / "cases.jsonl"
 SPLITS = ("tune", "tune-2", "tune-3", "tune-4", "tune-5", "tune-6", "tune-7", "tune-8",
-          "heldout-2", "heldout-3", "heldout-4", "heldout-5", "heldout-8")  # see the corpus README
+          "tune-9", "heldout-2", "heldout-3", "heldout-4", "heldout-5",
+          "heldout-9")  # see the corpus README
 CASES: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines()
                                if line.strip()]
 

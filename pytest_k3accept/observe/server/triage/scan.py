@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
-    LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SPECULATION, \
-    TRACEBACK, may_match, unwrap, wrapped_match
+    LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
+    SPECULATION, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -150,11 +150,14 @@ class Scanner:
             self._tb_stage = None
             return
         m = FRAME.match(text)
-        if m and m.group(1) and self._tb_stage is None and m.group(1) not in FRAME_STAGE \
-                and BUILD_FRAME.search(text):
+        built: int | None = None
+        if m and m.group(1) and self._tb_stage is None and m.group(1) not in FRAME_STAGE:
+            built = LOADING if BUILD_FRAME.search(text) else \
+                SERVING if V1_STEP_FRAME.search(text) else None
+        if built is not None:
             self._tb_dispatch = None
-            self._tb_stage = LOADING
-            self._raise(LOADING)
+            self._tb_stage = built
+            self._raise(built)
         elif m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
             if m.group(1) in DISPATCH_FRAMES:
                 self._tb_dispatch = FRAME_STAGE[m.group(1)]
