@@ -116,3 +116,20 @@ def test_the_wire_bytes_are_those_of_the_joined_write(
     assert portless(separate) == portless(joined)
     assert b"\r\ncontent-length: %d\r\n" % (len(separate) - separate.index(b"\r\n\r\n") - 4) \
         in separate.lower()
+
+
+def test_a_writer_without_buffered_headers_gets_the_body_as_is() -> None:
+    """An aiohttp before 3.12 writes headers at once and has no ``send_headers``: the body is
+    then written as a plain ``BytesPayload`` would write it."""
+    class OldWriter:
+        def __init__(self) -> None:
+            self.chunks: list[Any] = []
+
+        async def write(self, chunk: Any) -> None:
+            self.chunks.append(chunk)
+
+    data = b"x" * transport.SEPARATE_BODY
+    writer = OldWriter()
+    asyncio.run(transport.separate_body(data).write_with_length(writer, len(data)))
+    asyncio.run(transport.separate_body(data).write(writer))
+    assert writer.chunks == [data, data] and writer.chunks[0] is data

@@ -51,6 +51,14 @@ SEPARATE_BODY = 256 * 1024
 _separate_type: Any = None
 
 
+def _send_headers(writer: Any) -> None:
+    """Send the writer's buffered status line and headers on their own (aiohttp 3.12+ buffers
+    them to join them to the body; an older aiohttp has already written them)."""
+    send = getattr(writer, "send_headers", None)
+    if send is not None:
+        send()
+
+
 def separate_body(data: bytes) -> Any:
     """``data`` as the aiohttp payload it would get (a ``BytesPayload``: same size, headers
     and bytes on the wire) that sends the request's headers on their own before it, then
@@ -65,11 +73,11 @@ def separate_body(data: bytes) -> Any:
 
             async def write_with_length(self, writer: Any, content_length: int | None,
                                         ) -> None:
-                writer.send_headers()  # the buffered status line and headers, alone
+                _send_headers(writer)
                 await super().write_with_length(writer, content_length)
 
             async def write(self, writer: Any) -> None:
-                writer.send_headers()
+                _send_headers(writer)
                 await super().write(writer)
 
         cls = _separate_type = SeparateBody
