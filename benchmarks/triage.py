@@ -133,7 +133,7 @@ def report(rows: list[dict[str, Any]], markdown: bool = False) -> str:
     return "\n".join(out)
 
 
-ROUND_10 = "HEAD"  # replaced by the commit that freezes round 10
+ROUND_10 = "255b82b"  # the commit that froze round 10
 #: fresh batches and the commit whose rules were frozen when each was collected: the batch's
 #: first contact is re-measured with exactly those rules (``--first-contact``)
 FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
