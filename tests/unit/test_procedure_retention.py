@@ -55,6 +55,18 @@ def test_more_hits_and_faster_prefill() -> None:
     assert "prefix-cache hits 0 -> 1,536 tokens, mean prefill 1,081 ms -> 69 ms" in said
 
 
+def test_prefill_means_within_five_percent_are_not_told_apart() -> None:
+    # CI on a fast machine: 119 ms vs 118 ms over two requests each is no finding either way
+    base, changed = _arm("retention 0", 0, 0.118, "0"), _arm("retention 512", 1024, 0.119, "512")
+    r = retention.compare(base, changed)
+    assert r.outcome == retention.MORE_HITS and r.faster is None
+    assert "prefill mean 119 ms vs 118 ms (within 5%: not told apart)" in r.line
+    said = retention.advice(r.as_dict())
+    assert said is not None and "launch with it" in said
+    slower = retention.compare(base, _arm("retention 512", 1024, 0.140, "512"))
+    assert slower.faster is False and "re-measure" in (retention.advice(slower.as_dict()) or "")
+
+
 def test_same_hits_is_no_difference_and_advises_the_original_setting() -> None:
     r = retention.compare(_arm("retention 0", 0, 0.5, "0"), _arm("retention 512", 0, 0.5, "512"))
     assert r.outcome == retention.SAME and "does not change what this request set" in r.line

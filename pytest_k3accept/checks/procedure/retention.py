@@ -131,9 +131,10 @@ def compare(base: RetentionArm, changed: RetentionArm) -> RetentionResult:
             f"prefix caching is OFF in the relaunched server ({', '.join(off)}: "
             "vllm:cache_config_info enable_prefix_caching=False): retention keeps prefix-cache "
             "states, so nothing is compared; launch with --enable-prefix-caching"))
-    pre = f"prefill mean {ms(c.prefill_mean)} vs {ms(b.prefill_mean)}"
-    faster = (None if c.prefill_mean is None or b.prefill_mean is None
-              else c.prefill_mean < b.prefill_mean)
+    faster = _faster(c.prefill_mean, b.prefill_mean)
+    pre = f"prefill mean {ms(c.prefill_mean)} vs {ms(b.prefill_mean)}" + (
+        f" (within {SAME_PREFILL:.0%}: not told apart)" if faster is None
+        and None not in (c.prefill_mean, b.prefill_mean) else "")
     hits = (f"prefix-cache hits {_hits(c)} vs {_hits(b)} of {c.queries:,.0f} queried tokens"
             if c.measured and b.measured else
             f"prefix-cache hits {_hits(c)} vs {_hits(b)}")
@@ -153,6 +154,21 @@ def compare(base: RetentionArm, changed: RetentionArm) -> RetentionResult:
         f"{figures}: the same hits, so the retention setting does not change what this request "
         "set reuses (it decides only states inside chunked prefills: prompts longer than "
         "--max-num-batched-tokens whose first part a later request shares)"), faster)
+
+
+#: two prefill means closer than this share of the slower are not told apart: each is the
+#: mean of a few requests, and on a fast machine a 1,900-token prefill takes ~120 ms either way
+SAME_PREFILL = 0.05
+
+
+def _faster(changed: float | None, base: float | None) -> bool | None:
+    """Whether ``changed``'s mean prefill is shorter than ``base``'s: None when either is
+    unmeasured or they differ by less than :data:`SAME_PREFILL` of the slower one."""
+    if changed is None or base is None:
+        return None
+    if abs(changed - base) < SAME_PREFILL * max(changed, base):
+        return None
+    return changed < base
 
 
 def advice(data: dict[str, Any]) -> str | None:
