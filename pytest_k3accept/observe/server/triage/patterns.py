@@ -152,7 +152,10 @@ _INTERCONNECT = (
     # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
     r"HCCL function error|call hccl api failed|"
     # CANN: a collective's wait for a remote rank timed out (EI0002)
-    r"The wait execution of the Notify register times out")
+    r"The wait execution of the Notify register times out|"
+    # CANN's HCCL error codes (EIxxxx) in their own words: EI0006, a socket to another rank
+    # could not be opened in time (the two-node link; vllm-ascend#9447)
+    r"Communication_Error_\w*\(EI\d{4}\)|Getting socket times out")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -163,7 +166,13 @@ _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 13
 _STOPPED = (r"EngineCore: trigger received signal=SIG(?:TERM|INT)|WorkerProc was terminated|"
             # a supervisor's own line that it killed a process with a signal (vllm-omni#3683)
             r"\bkill\b.*\bsignal=SIG(?:TERM|KILL|INT)\b|"
-            r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt\s*$|died, exit code:? -15\b")
+            r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt\s*$|died, exit code:? -15\b|"
+            # the Spyre runtime's g3log signal handler: "Signal Received: 15 (Terminated)",
+            # then the sender's pid (vllm-spyre; SIGTERM / SIGINT only: a fatal signal such
+            # as 11 is a fault, not a stop)
+            r"^Signal Received: (?:15 \(Terminated\)|2 \(Interrupt\))|"
+            # llm-d's routing sidecar, stopped with its pod (proxy.go logs it on the signal)
+            r'\] "shutting down" logger="proxy server"')
 _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
@@ -203,9 +212,21 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
         r"Symbol not found: ", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
+    # torch.cuda.mem_get_info raised: the runtime cannot even query the device's memory
+    # (cudaMemGetInfo / hipMemGetInfo fail only when no context can be made on the device:
+    # the GPU is not usable from this process, e.g. a container without the device; the
+    # ROCm k8s case of vllm#9290 ends in 'HIP error: invalid argument'). An OOM there is an
+    # out-of-memory line and wins (tier 1)
+    ("device-query-frame", "environment", 2, re.compile(
+        r'torch/cuda/memory\.py", line \d+, in mem_get_info$')),
     ("stopped-from-outside", "killed", 3, re.compile(_STOPPED, _I)),
     ("engine-dead", "fatal", 3, re.compile(_FATAL, _I)),
     ("engine-dead", "fatal", 4, re.compile(_STEP_DUMP, _I)),
+    # V1's request output collector re-raising what the output handler put in its queue
+    # (RequestOutputCollector.get: ``raise output`` after ``propagate_error``): the engine's
+    # failure delivered to a request, when the exception line itself is cut (vllm#28028)
+    ("engine-dead", "fatal", 3, re.compile(
+        r'vllm/v1/engine/output_processor\.py", line \d+, in get$')),
 )
 #: not evidence of anything: Ray's "may have been killed by the OOM killer", torch's shutdown
 #: warnings, the source line of a ``raise`` in a traceback
@@ -256,7 +277,8 @@ TRIGGERS = (
     "dumping", "internal acl", "_raise_exception_on_finish", "cann_version", "ez9999",
     "inspecting model", "notify register", "received signal", "terminated",
     "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks", "-lcuda",
-    "gpu memory utilization", "signal=sig")
+    "gpu memory utilization", "signal=sig", "communication_error", "socket times out",
+    "signal received", "shutting down", "mem_get_info", "output_processor")
 
 
 def may_match(text: str) -> bool:
