@@ -129,10 +129,28 @@ def testbed_cache() -> str:
     return str(testbed.cache_dir())
 
 
+def _warm(server: TestbedServer) -> TestbedServer:
+    """One short chat request with a long bound, so that no test's default 10 s bound pays
+    vLLM CPU's first-request cost (seen: 28 s for 0.28.0's first answer on a 2-core machine,
+    0.2 s for the next; CI once failed on it). Only for the healthy shared servers: a server
+    a test starts for itself stays untouched (its first request may be what it tests). A
+    failure here is left to the tests, which name it."""
+    import httpx
+
+    try:
+        httpx.post(f"{server.base_url}/v1/chat/completions", timeout=300.0,
+                   json={"model": "k3-testbed", "max_tokens": 1,
+                         "messages": [{"role": "user", "content": "warm up"}]})
+    except httpx.HTTPError:
+        pass
+    return server
+
+
 @pytest.fixture(scope="session")
 def testbed(testbed_factory: Callable[..., TestbedServer]) -> TestbedServer:
-    """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache)."""
-    return testbed_factory()
+    """The session's healthy embedded vLLM CPU server (tiny model, 1 GiB KV cache), already
+    past its first request (:func:`_warm`)."""
+    return _warm(testbed_factory())
 
 
 @pytest.fixture(scope="session")
@@ -155,13 +173,13 @@ def release_testbed(testbed_release: str, testbed_factory: Callable[..., Testbed
                     request: pytest.FixtureRequest) -> Iterator[TestbedServer]:
     """A healthy testbed server of ``testbed_release``: the session's ``testbed`` for the
     configured release; for another, one more server (tiny model, 1 GiB KV cache), stopped as
-    soon as the tests of that release are done."""
+    soon as the tests of that release are done; past its first request (:func:`_warm`)."""
     from pytest_k3accept import testbed
 
     if testbed_release == testbed.testbed_version():
         yield request.getfixturevalue("testbed")
         return
-    server = testbed_factory(release=testbed_release)
+    server = _warm(testbed_factory(release=testbed_release))
     yield server
     server.process.stop()
 

