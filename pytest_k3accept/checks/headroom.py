@@ -19,8 +19,10 @@ A run has headroom when, at its peak,
 Failover: with ``N`` replicas sharing the target load, losing one puts ``N/(N-1)`` of its
 share on each survivor; :func:`failover_factor` gives that factor and the wiring runs the
 scaled load (``LoadProfile.scaled``) on each replica. A run without server metrics cannot be
-decided (``ok is None``). With several engines the line lists each engine's free KV beside
-the fullest one's; a run on a server that also served other clients says so (its figures
+decided (``ok is None``), and neither can one whose gauge samples never caught a request
+running or waiting (short requests falling between samples: the samples show an idle
+server's 0 %, not the peak; :func:`~pytest_k3accept.observe.load.peak.unmeasured_peak`).
+With several engines the line lists each engine's free KV beside the fullest one's; a run on a server that also served other clients says so (its figures
 include their traffic).
 
 A partial run (a worker of a split run lost mid-run: ``summary["partial"]``, see
@@ -194,11 +196,11 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
               "shared": others.get("shared"), "shared_note": str(others.get("note") or "")}
     if others.get("shared"):
         notes.append(f"shared server: {others.get('note')}")
-    unsampled = (srv is not None and srv.get("gauge_samples") == 0
-                 and srv.get("peak_kv_from", "samples") == "samples")
-    if srv is None or srv.get("peak_kv_usage") is None or unsampled:
-        why = run.server_error or ("no KV-cache usage sample was taken during the run (the "
-                                   "idle server after it says nothing about the peak)")
+    from ..observe.load.peak import unmeasured_peak
+
+    unmeasured = unmeasured_peak(srv)
+    if srv is None or srv.get("peak_kv_usage") is None or unmeasured:
+        why = run.server_error or unmeasured
         return Verdict(False if reasons else None,
                        (*reasons, f"KV-cache usage not measured: {why}"),
                        notes=tuple(notes), **common)

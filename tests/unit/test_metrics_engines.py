@@ -100,6 +100,22 @@ def run_monitor(*names: str, ok: int) -> dict[str, Any]:
     return out
 
 
+def test_a_sample_of_the_idle_server_is_not_a_peak() -> None:
+    """Real 0.32 DP=2 pages: a gauge sample taken while requests ran counts as busy; when
+    the only sample during the run shows the idle page (short requests between samples),
+    the peak is unknown, not 0 % (``unmeasured_peak``), in the headroom check and in the
+    typed evidence's ``peak_kv``."""
+    busy = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-under-load.txt",
+                       "vllm-0.32-dp2-after-load.txt", ok=0)
+    assert busy["gauge_samples"] == 1 and busy["gauge_busy_samples"] == 1
+    assert monitor.unmeasured_peak(busy) is None
+    idle = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-idle.txt",
+                       "vllm-0.32-dp2-idle.txt", ok=0)
+    assert idle["gauge_samples"] == 1 and idle["gauge_busy_samples"] == 0
+    assert idle["peak_kv_usage"] == 0.0  # what an idle page reads: no peak
+    assert "caught a request running or waiting" in (monitor.unmeasured_peak(idle) or "")
+
+
 def test_load_run_server_view_judges_the_fullest_engine() -> None:
     """The issue's case: two engines each near 90 % read as 'peak 1.81' (summed)."""
     srv = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-under-load.txt",

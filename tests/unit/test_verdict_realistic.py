@@ -167,6 +167,28 @@ def test_no_gauge_sample_during_the_run_is_peak_unknown_not_headroom_ok() -> Non
     assert any("peak KV unknown" in r for r in v.reasons)
 
 
+def test_samples_that_never_caught_a_request_are_peak_unknown_not_headroom_ok() -> None:
+    """Short requests falling between the 0.25 s gauge samples: every sample shows an idle
+    server (nothing running or waiting, 0 % KV). That 0 % is not the peak: undecided, and the
+    evidence's peak is None; one sample at work is enough to decide; preemptions still prove
+    a full cache whatever the samples say."""
+    from pytest_k3accept.observe.load.monitor import unmeasured_peak
+
+    idle = ServerRun(peak_kv_usage=0.0, gauge_samples=6, gauge_busy_samples=0)
+    h = headroom_check.decide(idle)
+    assert h.ok is None and "caught a request running or waiting" in h.line()
+    assert "none of the 6 gauge samples" in (unmeasured_peak(idle.server) or "")
+    busy = headroom_check.decide(ServerRun(peak_kv_usage=0.02, gauge_samples=6,
+                                           gauge_busy_samples=1))
+    assert busy.ok is True and busy.peak_kv_usage == 0.02
+    older = headroom_check.decide(ServerRun(peak_kv_usage=0.02, gauge_samples=6))
+    assert older.ok is True  # a record without the count (older plugin): decided as before
+    full = headroom_check.decide(ServerRun(peak_kv_usage=1.0, peak_kv_from="preemptions",
+                                           preemptions=3.0, gauge_samples=6,
+                                           gauge_busy_samples=0))
+    assert full.ok is False and any("preemptions" in r for r in full.reasons)
+
+
 def test_an_unknown_queue_is_said_not_skipped_silently() -> None:
     h = headroom_check.decide(ServerRun(peak_kv_usage=0.4, gauge_samples=3))
     assert h.ok is True and any("queue not judged" in n for n in h.notes)

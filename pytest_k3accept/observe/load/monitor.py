@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..metrics import MAX_METRICS_BODY, fold_gauges, number, scan_engine_gauges
+from .peak import unmeasured_peak  # noqa: F401 - re-exported: the monitor writes what it reads
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -66,6 +67,9 @@ class Monitor:
         self.series: list[tuple[float, float, float, float]] = []  # t, kv, running, waiting
         self.t0 = time.perf_counter()
         self.samples = 0
+        #: samples that caught the server at work (a request running or waiting, or KV in
+        #: use); None while no sample had a running / waiting gauge to tell
+        self.busy_samples: int | None = None
         self.sample_errors = 0
         self.reported = False
 
@@ -132,6 +136,10 @@ class Monitor:
             return
         self.samples += 1
         gauges = fold_gauges(per)
+        if "running" in gauges or "waiting" in gauges:
+            busy = (gauges.get("running", 0.0) > 0 or gauges.get("waiting", 0.0) > 0
+                    or gauges.get("kv", 0.0) > 0)
+            self.busy_samples = (self.busy_samples or 0) + int(busy)
         t = time.perf_counter() - self.t0
         self.series.append((t, gauges.get("kv", math.nan), gauges.get("running", math.nan),
                             gauges.get("waiting", math.nan)))
@@ -155,6 +163,7 @@ class Monitor:
         next_report = t0 + progress_interval
         next_sample = t0
         self.t0, self.series, self.engine_series, self.reported = t0, [], {}, False
+        self.samples, self.busy_samples, self.sample_errors = 0, None, 0
         tick = min(self.interval, progress_interval) if progress else self.interval
         while True:
             now = time.perf_counter()
@@ -205,6 +214,7 @@ class Monitor:
                              "running": [_r(s[2]) for s in self.series],
                              "waiting": [_r(s[3]) for s in self.series]},
             "gauge_samples": self.samples,
+            "gauge_busy_samples": self.busy_samples,
             "gauge_sample_errors": self.sample_errors,
             "queue_time_mean": delta.histogram_mean("vllm:request_queue_time_seconds"),
             "prefill_time_mean": delta.histogram_mean("vllm:request_prefill_time_seconds"),

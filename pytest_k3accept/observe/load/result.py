@@ -218,16 +218,17 @@ class LoadResult:
 
         The context is the measured one (longest prompt in ``usage``); the peak KV usage is
         unknown (None) when no gauge sample was taken *during* the run (the snapshot after
-        it shows an idle server), unless preemptions proved the cache full.
+        it shows an idle server) or none caught the server at work
+        (:func:`~.peak.unmeasured_peak`), unless preemptions proved the cache full.
         """
         from ...evidence.kinds import LoadRun
 
+        from .peak import unmeasured_peak
+
         srv = self.server or {}
         longest, median = self.measured_context
-        peak = srv.get("peak_kv_usage")
-        samples = srv.get("gauge_samples")
-        if srv.get("peak_kv_from", "samples") == "samples" and samples == 0:
-            peak = None
+        samples, busy = srv.get("gauge_samples"), srv.get("gauge_busy_samples")
+        peak = None if unmeasured_peak(srv) else srv.get("peak_kv_usage")
         s = self.summary
         return LoadRun(
             run_id=run_id, profile_name=self.profile.name, concurrency=self.profile.concurrency,
@@ -239,6 +240,7 @@ class LoadResult:
                          else float(srv["preemptions"])),
             peak_kv=None if peak is None else float(peak), peak_kv_from=srv.get("peak_kv_from"),
             gauge_samples=None if samples is None else int(samples),
+            gauge_busy_samples=None if busy is None else int(busy),
             sustained_waiting=(None if srv.get("sustained_waiting") is None
                                else float(srv["sustained_waiting"])),
             target_source=target_source, target=target, failover=failover, load_factor=float(load_factor),
@@ -256,7 +258,11 @@ class LoadResult:
         e2e = s["e2e"]["p99"] if s["e2e"] else None
         srv = ""
         if self.server:
+            from .peak import unmeasured_peak
+
             kv, pre = self.server.get("peak_kv_usage"), self.server.get("preemptions")
+            if unmeasured_peak(self.server):  # an idle server's 0 % is no peak
+                kv = None
             engines = self.server.get("per_engine") or {}
             each = ", ".join(f"engine {e} {_pct(v.get('peak_kv_usage'))}"
                              for e, v in engines.items()) if len(engines) > 1 else ""

@@ -1,0 +1,28 @@
+"""Is a run's peak KV usage measured? (pure, no imports: read by the monitor that writes
+the figures, the typed evidence and the headroom check.)"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def unmeasured_peak(server: Mapping[str, Any] | None) -> str | None:
+    """Why a run's peak KV usage is unknown, or None when it was measured.
+
+    Unknown, never "0 %, headroom": when no gauge sample was taken during the run, or when
+    every sample showed an idle server (no request running or waiting, no KV in use: the
+    run's requests fell between samples, so the figures are the idle server's). Preemptions
+    prove a full cache whatever the samples say (``peak_kv_from == "preemptions"``)."""
+    if server is None or server.get("peak_kv_usage") is None:
+        return "no server metrics for this run"
+    if server.get("peak_kv_from", "samples") != "samples":
+        return None
+    samples = server.get("gauge_samples")
+    if samples == 0:
+        return ("no KV-cache usage sample was taken during the run (the idle server after "
+                "it says nothing about the peak)")
+    if server.get("gauge_busy_samples") == 0:
+        return (f"none of the {samples} gauge sample{'s' if samples != 1 else ''} taken "
+                "during the run caught a request running or waiting (the requests fell "
+                "between samples): the samples show an idle server, not the peak")
+    return None
