@@ -20,7 +20,7 @@ from pytest_k3accept.output.record import validate
 TESTS = '''
 import pytest
 
-@pytest.mark.k3_headroom(concurrency=2, requests=6, context_tokens=256, output_tokens=16,
+@pytest.mark.k3_headroom(concurrency=2, requests=6, context_tokens=256, output_tokens=200,
                          max_waiting=None, max_preemptions=100)
 def test_target_load():
     pass  # the marker runs the target load after the body

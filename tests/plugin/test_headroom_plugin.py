@@ -52,7 +52,7 @@ def test_light_load_passes_headroom_and_agent_set_decides_c6(pytester: pytest.Py
         import pytest
 
         @pytest.mark.k3_headroom(concurrency=2, requests=8, context_tokens=300,
-                                 output_tokens=16, prefix_tokens=150)
+                                 output_tokens=200, prefix_tokens=150)
         def test_synthetic_target_load():
             pass  # the marker runs the target load after the body
 
@@ -161,7 +161,7 @@ def test_failover_runs_the_scaled_load_on_every_replica(pytester: pytest.Pyteste
         import pytest
 
         @pytest.mark.k3_headroom(failover=True, concurrency=2, requests=4,
-                                 context_tokens=200, output_tokens=8)
+                                 context_tokens=200, output_tokens=200)
         def test_survivors_carry_the_load():
             pass
     ''')
