@@ -22,8 +22,8 @@ scaled load (``LoadProfile.scaled``) on each replica. A run without server metri
 decided (``ok is None``), and neither can one whose gauge samples never caught a request
 running or waiting (short requests falling between samples: the samples show an idle
 server's 0 %, not the peak; :func:`~pytest_k3accept.observe.load.peak.unmeasured_peak`).
-With several engines the line lists each engine's free KV beside the fullest one's; a run on a server that also served other clients says so (its figures
-include their traffic).
+With several engines the line lists each engine's free KV beside the fullest one's; a run on
+a server that also served other clients says so (its figures include their traffic).
 
 A partial run (a worker of a split run lost mid-run: ``summary["partial"]``, see
 docs/load.md "Past one process") offered less than the target load. Decision: headroom that
@@ -198,8 +198,8 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         notes.append(f"shared server: {others.get('note')}")
     from ..observe.load.peak import unmeasured_peak
 
-    unmeasured = unmeasured_peak(srv)
-    if srv is None or srv.get("peak_kv_usage") is None or unmeasured:
+    unmeasured = unmeasured_peak(srv)  # also no figures at all, or no peak among them
+    if srv is None or unmeasured:
         why = run.server_error or unmeasured
         return Verdict(False if reasons else None,
                        (*reasons, f"KV-cache usage not measured: {why}"),

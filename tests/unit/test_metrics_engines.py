@@ -18,6 +18,7 @@ from pytest_k3accept.observe.host.facts import GpuFacts, HostFacts, NodeFacts
 from pytest_k3accept.observe.host.remote import Prometheus, RemoteError, selector_matchers
 from pytest_k3accept.observe.host.telemetry import GpuTelemetry
 from pytest_k3accept.observe.load import monitor
+from pytest_k3accept.observe.load.peak import unmeasured_peak
 from pytest_k3accept.observe.metrics import (MetricsScraper, MetricsUnavailable, Snapshot,
                                              not_exported, scan_engine_gauges, scan_gauges)
 
@@ -108,12 +109,12 @@ def test_a_sample_of_the_idle_server_is_not_a_peak() -> None:
     busy = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-under-load.txt",
                        "vllm-0.32-dp2-after-load.txt", ok=0)
     assert busy["gauge_samples"] == 1 and busy["gauge_busy_samples"] == 1
-    assert monitor.unmeasured_peak(busy) is None
+    assert unmeasured_peak(busy) is None
     idle = run_monitor("vllm-0.32-dp2-idle.txt", "vllm-0.32-dp2-idle.txt",
                        "vllm-0.32-dp2-idle.txt", ok=0)
     assert idle["gauge_samples"] == 1 and idle["gauge_busy_samples"] == 0
     assert idle["peak_kv_usage"] == 0.0  # what an idle page reads: no peak
-    assert "caught a request running or waiting" in (monitor.unmeasured_peak(idle) or "")
+    assert "caught a request running or waiting" in (unmeasured_peak(idle) or "")
 
 
 def test_load_run_server_view_judges_the_fullest_engine() -> None:

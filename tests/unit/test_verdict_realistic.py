@@ -172,7 +172,7 @@ def test_samples_that_never_caught_a_request_are_peak_unknown_not_headroom_ok() 
     server (nothing running or waiting, 0 % KV). That 0 % is not the peak: undecided, and the
     evidence's peak is None; one sample at work is enough to decide; preemptions still prove
     a full cache whatever the samples say."""
-    from pytest_k3accept.observe.load.monitor import unmeasured_peak
+    from pytest_k3accept.observe.load.peak import unmeasured_peak
 
     idle = ServerRun(peak_kv_usage=0.0, gauge_samples=6, gauge_busy_samples=0)
     h = headroom_check.decide(idle)

@@ -27,7 +27,6 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..metrics import MAX_METRICS_BODY, fold_gauges, number, scan_engine_gauges
-from .peak import unmeasured_peak  # noqa: F401 - re-exported: the monitor writes what it reads
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -163,7 +162,6 @@ class Monitor:
         next_report = t0 + progress_interval
         next_sample = t0
         self.t0, self.series, self.engine_series, self.reported = t0, [], {}, False
-        self.samples, self.busy_samples, self.sample_errors = 0, None, 0
         tick = min(self.interval, progress_interval) if progress else self.interval
         while True:
             now = time.perf_counter()

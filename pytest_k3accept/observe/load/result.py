@@ -15,6 +15,7 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from .peak import unmeasured_peak
 from .profile import LoadProfile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,8 +224,6 @@ class LoadResult:
         """
         from ...evidence.kinds import LoadRun
 
-        from .peak import unmeasured_peak
-
         srv = self.server or {}
         longest, median = self.measured_context
         samples, busy = srv.get("gauge_samples"), srv.get("gauge_busy_samples")
@@ -258,8 +257,6 @@ class LoadResult:
         e2e = s["e2e"]["p99"] if s["e2e"] else None
         srv = ""
         if self.server:
-            from .peak import unmeasured_peak
-
             kv, pre = self.server.get("peak_kv_usage"), self.server.get("preemptions")
             if unmeasured_peak(self.server):  # an idle server's 0 % is no peak
                 kv = None
