@@ -63,6 +63,18 @@ def test_healthy_server_is_none_and_warnings_are_never_evidence() -> None:
     assert "Too many open files" in vllm_logs.HEALTHY
 
 
+def test_a_start_without_failure_or_progress_shows_before_loading() -> None:
+    # only the lines a starting server prints: how far it got is shown, before loading
+    for first in ("INFO 05-30 14:36:50 [__init__.py:230] Platform plugin ascend is activated",
+                  "INFO 12-01 10:00:00 [__init__.py:239] Automatically detected platform cuda."):
+        cls = classify(first + "\nWARNING 05-30 14:36:52 [x.py:21] something harmless\n",
+                       exit_code=None)
+        assert (cls.category, cls.stage) == ("none", "before-loading"), first
+    # lines that are not a start's show nothing
+    cls = classify("WARNING 05-30 14:36:52 [x.py:21] something harmless\n", exit_code=None)
+    assert (cls.category, cls.stage, cls.phase) == ("none", "", "no startup observed")
+
+
 @pytest.mark.parametrize("line, category", [
     ("RuntimeError: CUDA driver version is insufficient for CUDA runtime version", "environment"),
     ("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
@@ -73,6 +85,11 @@ def test_healthy_server_is_none_and_warnings_are_never_evidence() -> None:
     ("vllm serve: error: argument --max-model-len: invalid int value: 'x'", "config"),
     ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig", "config"),
     ("OSError: [Errno 98] Address already in use", "config"),
+    ("ValueError: No supported config format found in org/model", "config"),
+    ("No module named 'vllm'", "environment"),
+    ("Failed to import torch_npu.", "environment"),
+    ("nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND", "connection"),
+    ("TimeoutError('No heartbeat received from MQLLMEngine')", "connection"),
     ("bash: vlm: command not found", "config"),
     ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
      "that can be stored in KV cache (20000).", "kv-capacity-at-init"),

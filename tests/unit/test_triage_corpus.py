@@ -73,32 +73,7 @@ KNOWN_MISSES = {
     "h10-none-tpu-jax-qwen3-init-memory-statistics": "category right; phase: no stage read "
                                                      "from the JAX memory statistics, labelled "
                                                      "kv-sizing",
-    # batch 11 (heldout-11), as round 11 first read it (never tuned on)
-    "h11-env-ascend-quay-image-failed-import-torch-npu-cli": "torch_npu's failed import under "
-                                                             "cli_args frames: read as unknown",
-    "h11-unknown-v02-ray-worker-died-potential-root-causes-oom-listed": "Ray's worker-died "
-                                                                        "line with its list of "
-                                                                        "guesses: no failure read",
-    "h11-config-xinference-env-no-supported-config-format-hf-cache-dir": "'no supported config "
-                                                                         "format' under "
-                                                                         "get_config: no rule",
-    "h11-connection-v0-mqllmengine-no-heartbeat-lm-eval": "V0's 'No heartbeat received from "
-                                                          "MQLLMEngine' (an RPC wait) read as "
-                                                          "the engine's death",
-    "h11-serving-tenstorrent-galaxy-abort-keyerror": "a KeyError in the abort path while "
-                                                     "serving: unknown cause, not an engine death",
-    "h11-serving-spyre-cpu-cancel-dump-input": "the failed step's input dump after aborted "
-                                               "requests: read as unknown",
-    "h11-environment-ray-temporaryactor-no-module-vllm": "a Ray actor's 'No module named vllm' "
-                                                         "behind its (TemporaryActor) prefix: "
-                                                         "not read as an import error",
-    "h11-connection-pd-lmcache-nixl-backend-error": "NIXL_ERR_BACKEND (the P/D KV transfer): "
-                                                    "no rule, the EngineDeadError after it read",
-    "h11-none-ascend-v085-failed-import-vllm-c-warning-only": "category right; phase: no stage "
-                                                              "read from the import warning, "
-                                                              "labelled before-loading",
-    "h11-none-v0-aborted-requests-load-test": "category right; phase: V0's aborted-request "
-                                              "lines not read as serving",
+    # batch 11 (heldout-11), first read by round 11, its misses read for round 12
     "h11-serving-v1-ms-swift-rollout-enginedead": "category right; phase: after-init (the "
                                                   "EngineDeadError), labelled serving",
 }

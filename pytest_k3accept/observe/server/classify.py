@@ -369,7 +369,7 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
         return Classification(category, phase, tuple(_last_errors(scan)), ADVICE[category],
                               "traceback-after-init" if raised else "log-ends-in-error",
                               "inferred", exit_code, notes, stage=STAGES[stage])
-    seen = bool(tl.events) or scan.stage > BEFORE
+    seen = bool(tl.events) or scan.stage > BEFORE or scan.started
     return Classification("none", phase if seen else "no startup observed", (),
                           ADVICE["none"], "no-failure", "matched", exit_code, notes,
                           stage=STAGES[stage] if seen else "")

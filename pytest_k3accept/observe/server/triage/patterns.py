@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+__all__ = ["STAGES", "STARTED", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "V1_STEP_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
@@ -106,7 +106,10 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"prefix_cache_retention_interval \(-?\d+\) must be|"
            r"prefix_cache_retention_interval is set but .*retention has no effect|"
            # V1's init_device: --gpu-memory-utilization asks for more than is free (vllm#25837)
-           r"on startup is less than desired GPU memory utilization")
+           r"on startup is less than desired GPU memory utilization|"
+           # transformers_utils/config.py get_config: the model path holds no config.json /
+           # params.json (a hub cache folder instead of its snapshot; heldout-11, round 12)
+           r"No supported config format found in")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -155,7 +158,15 @@ _INTERCONNECT = (
     r"The wait execution of the Notify register times out|"
     # CANN's HCCL error codes (EIxxxx) in their own words: EI0006, a socket to another rank
     # could not be opened in time (the two-node link; vllm-ascend#9447)
-    r"Communication_Error_\w*\(EI\d{4}\)|Getting socket times out")
+    r"Communication_Error_\w*\(EI\d{4}\)|Getting socket times out|"
+    # V0's API server asks the MQLLMEngine process for a heartbeat over its RPC socket
+    # (multiprocessing/client.py run_heartbeat_loop): no answer within VLLM_RPC_TIMEOUT is a
+    # wait between processes, like shm_broadcast's (round 12)
+    r"No heartbeat received from MQLLMEngine|"
+    # NIXL, the KV transfer of disaggregated prefill / decode: its status codes
+    # (nixl_status_t: NIXL_ERR_BACKEND, NIXL_ERR_REMOTE_DISCONNECT ...) raised as
+    # nixl._bindings.nixl*Error (round 12)
+    r"\bNIXL_ERR_[A-Z_]+|nixl\w*Error\b")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -184,13 +195,21 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"got fatal signal from worker processes|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
           # Ray: the actor's worker process is gone (why is not said: Ray only lists guesses)
-          r"The actor (?:is dead|died)\b|ActorDiedError")
+          r"The actor (?:is dead|died)\b|ActorDiedError|"
+          # Ray: a worker process ended while running a task (the cause, if any, is
+          # elsewhere: what follows on the line is Ray's list of guesses; round 12)
+          r"A worker died or was killed while executing a task|"
+          # V0's MQLLMEngine.start logs its engine loop's exception as logger.exception(repr(e))
+          # ("ERROR ... [engine.py:163] KeyError('chatcmpl-...')"): the engine loop died
+          r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?engine\.py:\d+\]\s+"
+          r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\(")
 #: a step that raised, as vLLM reports it before (or instead of) the engine's death: V0's model
 #: runner saves the input of an execute_model that raised (logged at INFO); V1's dump_input
 #: logs the scheduler's state. Tier 4: the engine's own "fatal error" line, when it is there,
 #: is the line to quote (the dump is a long config line, not the failure)
 _STEP_DUMP = (r"Writing input of failed execution to|Dumping (?:scheduler output|scheduler stats|"
-              r"input data for V1)")
+              # V1 0.9's dump_input.py logs the bare words, then the config on its own line
+              r"input data(?: for V1|\s*$))")
 
 RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("host-oom", "host-oom", 1, re.compile(_HOST_OOM, _I)),
@@ -210,7 +229,13 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
-        r"Symbol not found: ", _I)),
+        r"Symbol not found: |"
+        # the exception's message on its own: Ray prints it above the traceback of an actor
+        # that cannot deserialize its task ("(TemporaryActor pid=1) No module named 'vllm'")
+        r"^No module named '[\w.]+'\s*$|"
+        # vllm-ascend's platform plugin prints this when torch_npu cannot be imported (a
+        # CANN / torch_npu install that does not match; round 12)
+        r"^Failed to import torch_npu\b", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     # torch.cuda.mem_get_info raised: the runtime cannot even query the device's memory
     # (cudaMemGetInfo / hipMemGetInfo fail only when no context can be made on the device:
@@ -251,6 +276,11 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
 #: to daemon threads"): the rules read only the text before it
 SPECULATION = re.compile(r"There are some potential root causes|possibly due to", _I)
 
+#: a line that only a starting server prints (the platform it found, its arguments, its
+#: version): a log with one shows how far it got, "before loading" at least, even with no
+#: failure and no init progress (heldout-11: an Ascend start cut after its import warning)
+STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected platform|"
+                     r"non-default args:|vLLM API server version\s", _I)
 #: the API server's first lines: what came before them belongs to another process
 PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
 #: every line a rule of RULES can match contains one of these (lower case): the cheap test that
@@ -278,7 +308,8 @@ TRIGGERS = (
     "inspecting model", "notify register", "received signal", "terminated",
     "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks", "-lcuda",
     "gpu memory utilization", "signal=sig", "communication_error", "socket times out",
-    "signal received", "shutting down", "mem_get_info", "output_processor")
+    "signal received", "shutting down", "mem_get_info", "output_processor",
+    "config format", "nixl", "worker died", "no module named", "torch_npu")
 
 
 def may_match(text: str) -> bool:
@@ -332,6 +363,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'model execution|input of failed execution|Processed prompts:|'
                          r'est\. speed input|toks/s\]|Error in chat completion|'
                          r'Aborting \d+ requests?\b|'
+                         # V0 / V1 engines abort a request only while serving it (round 12)
+                         r'Aborted request \S|'
                          r'Exception in callback (?:_log_task_completion|'
                          r'_raise_exception_on_finish)|'
                          # V1 sends execute_model to its workers only to step requests

@@ -20,7 +20,7 @@ from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
     LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
-    SPECULATION, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
+    SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -70,6 +70,7 @@ class Scanner:
     last_lineno: int = 0
     last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
     self_killed: bool = False  # V1's executor killed its own process tree (SELF_KILL)
+    started: bool = False  # a line only a starting server prints (patterns.STARTED) was seen
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -86,7 +87,7 @@ class Scanner:
         self.late_exceptions.clear()
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
-        self.self_killed = False
+        self.self_killed = self.started = False
 
     def all_hits(self) -> list[Hit]:
         """The kept hits, in log order."""
@@ -117,6 +118,8 @@ class Scanner:
         if not self.vllm_lines and _VLLM_LIKE.search(text):
             self.vllm_lines = 1  # only "none at all" matters
         self._hints(text)
+        if not self.started and STARTED.search(text):
+            self.started = True
         level = "INFO" if text.startswith(("INFO:", "DEBUG:")) else log_level(text)  # uvicorn
         if ACCESS_5XX.search(text):
             self.tail.append(line)
