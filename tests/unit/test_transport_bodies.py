@@ -5,13 +5,13 @@ when aiohttp joins them, and a short body still goes out with its headers in one
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import Any
 
 import pytest
 from aiohttp import http_writer
 
+from openai_answers import ANSWER, EVENTS
 from pytest_k3accept.observe.endpoint import bodies, transport
 from pytest_k3accept.observe.endpoint.client import K3Client
 
@@ -23,12 +23,7 @@ async def _capture(prompt: str, *, stream: bool) -> tuple[bytes, Any]:
     """One chat request through K3Client to a raw asyncio server: (the request's bytes as
     received, the result)."""
     got = bytearray()
-    answer = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"},
-                                      "finish_reason": "stop"}],
-                         "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-    events = (b'data: {"choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n'
-              b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
-              b"data: [DONE]\n\n")
+    answer, events = ANSWER, EVENTS
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")

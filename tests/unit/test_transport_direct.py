@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 from typing import Any, Awaitable, Callable
 
+from openai_answers import ANSWER, EVENTS
 from pytest_k3accept.observe.endpoint.client import K3Client
 from pytest_k3accept.observe.endpoint.transport import DirectResponse, PostStream
-
-ANSWER = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"},
-                                  "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-EVENTS = (b'data: {"choices":[{"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n'
-          b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
-          b"data: [DONE]\n\n")
-
 
 async def _serve(answer: Callable[[bytes], bytes], run: Callable[[str], Awaitable[Any]],
                  ) -> tuple[list[bytes], Any]:
