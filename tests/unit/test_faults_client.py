@@ -259,3 +259,64 @@ def test_oversized_body_is_not_read_whole(monkeypatch: pytest.MonkeyPatch) -> No
                                                          + b'"}'))
         res = run(chat(stub.base_url, stream=False))
     assert res.error_kind == "protocol" and "larger than 0 MiB" in (res.error or "")
+
+
+def _absorb_delta_spec(res: Any, event: dict[str, Any]) -> bool:
+    """What absorb_delta did before its hot path was inlined (the specification it keeps)."""
+    untrusted._usage(res, event.get("usage"))
+    choice = untrusted._first(event.get("choices"))
+    if not choice:
+        return False
+    reason = choice.get("finish_reason")
+    res.finish_reason = reason if isinstance(reason, str) else res.finish_reason
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        piece = untrusted._text(choice.get("text"))
+        res.text += piece
+        return bool(piece)
+    piece = untrusted._text(delta.get("content"))
+    res.text += piece
+    calls = delta.get("tool_calls")
+    calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    res.tool_calls.extend(calls)
+    return bool(piece or calls or delta.get("reasoning_content") or delta.get("reasoning"))
+
+
+DELTA_EVENT = st.fixed_dictionaries({}, optional={
+    "choices": JSONISH | st.lists(st.fixed_dictionaries({}, optional={
+        "delta": JSONISH | st.fixed_dictionaries({}, optional={
+            "content": JSONISH, "tool_calls": JSONISH | st.lists(JSONISH, max_size=3),
+            "reasoning_content": JSONISH, "reasoning": JSONISH}),
+        "text": JSONISH, "finish_reason": JSONISH}), max_size=2),
+    "usage": JSONISH})
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(DELTA_EVENT, min_size=1, max_size=4))
+def test_the_inlined_delta_reader_agrees_with_its_specification(
+        events: list[dict[str, Any]]) -> None:
+    fast, spec = RequestResult(ok=False, stream=True), RequestResult(ok=False, stream=True)
+    for event in events:
+        assert untrusted.absorb_delta(fast, event) == _absorb_delta_spec(spec, event), event
+    assert fast.as_dict() == spec.as_dict()
+
+
+@pytest.mark.parametrize("event", [
+    {"choices": [{"delta": {"content": "a"}, "finish_reason": None}], "usage": None},
+    {"choices": [{"delta": {"reasoning": "think"}}]},
+    {"choices": [{"delta": {"reasoning_content": "think"}}]},
+    {"choices": [{"delta": {"tool_calls": [{"id": "1"}, 3]}}]},
+    {"choices": [{"delta": {"tool_calls": [5]}}]},
+    {"choices": [{"delta": {}, "finish_reason": "stop"}]},
+    {"choices": [{"text": "b", "finish_reason": "length"}]},
+    {"choices": [{"text": ""}]},
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                              "prompt_tokens_details": {"cached_tokens": 1}}},
+    {"choices": [7]},
+    {"choices": "x"},
+], ids=["content", "reasoning", "reasoning_content", "tool_calls", "no-dict-call", "finish",
+        "text", "empty-text", "usage", "not-a-dict", "not-a-list"])
+def test_each_delta_shape_is_read_as_its_specification_reads_it(event: dict[str, Any]) -> None:
+    fast, spec = RequestResult(ok=False, stream=True), RequestResult(ok=False, stream=True)
+    assert untrusted.absorb_delta(fast, event) == _absorb_delta_spec(spec, event)
+    assert fast.as_dict() == spec.as_dict()

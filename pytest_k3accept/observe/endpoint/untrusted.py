@@ -133,25 +133,41 @@ def absorb_full(res: Any, payload: dict[str, Any]) -> None:
 
 
 def absorb_delta(res: Any, event: dict[str, Any]) -> bool:
-    """Fold one stream event into ``res``; True when it carried output."""
-    _usage(res, event.get("usage"))
-    choice = _first(event.get("choices"))
-    if not choice:
+    """Fold one stream event into ``res``; True when it carried output.
+
+    The stream's hot path (once per event): the common shapes are read inline, with no
+    helper call for an absent ``usage``, ``tool_calls`` or finish reason."""
+    usage = event.get("usage")
+    if usage is not None:
+        _usage(res, usage)
+    choices = event.get("choices")
+    if not choices or not isinstance(choices, list):
+        return False
+    choice = choices[0]
+    if not choice or not isinstance(choice, dict):
         return False
     reason = choice.get("finish_reason")
-    res.finish_reason = reason if isinstance(reason, str) else res.finish_reason
+    if reason is not None and isinstance(reason, str):
+        res.finish_reason = reason
     delta = choice.get("delta")
     if not isinstance(delta, dict):  # /v1/completions
-        piece = _text(choice.get("text"))
+        piece = choice.get("text")
+        if piece and isinstance(piece, str):
+            res.text += piece
+            return True
+        return False
+    piece = delta.get("content")
+    out = False
+    if piece and isinstance(piece, str):
         res.text += piece
-        return bool(piece)
-    piece = _text(delta.get("content"))
-    res.text += piece
+        out = True
     calls = delta.get("tool_calls")
-    calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-    res.tool_calls.extend(calls)
-    return bool(piece or calls or delta.get("reasoning_content")
-                or delta.get("reasoning"))
+    if calls and isinstance(calls, list):
+        kept = [c for c in calls if isinstance(c, dict)]
+        if kept:
+            res.tool_calls.extend(kept)
+            out = True
+    return out or bool(delta.get("reasoning_content") or delta.get("reasoning"))
 
 
 def _first(choices: Any) -> dict[str, Any]:
