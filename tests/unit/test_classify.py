@@ -90,6 +90,10 @@ def test_a_start_without_failure_or_progress_shows_before_loading() -> None:
     ("Failed to import torch_npu.", "environment"),
     ("nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND", "connection"),
     ("TimeoutError('No heartbeat received from MQLLMEngine')", "connection"),
+    ("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'x'", "config"),
+    ("(raylet) The node with node id: 0f2 and address: 10.0.0.51 and node name: 10.0.0.51 has "
+     "been marked dead because the detector has missed too many heartbeats from it.",
+     "connection"),
     ("bash: vlm: command not found", "config"),
     ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
      "that can be stored in KV cache (20000).", "kv-capacity-at-init"),
@@ -460,3 +464,31 @@ def test_round_10_wordings_and_frames() -> None:
     kill = ("[reliability][process-kill] tree-kill pid=354475 name=VLLM::EngineCore "
             "signal=SIGTERM\n")
     assert classify(START + LOADED + INIT + kill, ended=True).category == "killed"
+
+
+HANDLED_BLOCK = (
+    "INFO 07-03 03:19:10 [loggers.py:80] Avg prompt throughput: 9.0 tokens/s, Running: 1 reqs\n"
+    "ERROR 07-03 03:19:15 [serving_chat.py:200] Error in preprocessing prompt inputs\n"
+    "ERROR 07-03 03:19:15 [serving_chat.py:200] Traceback (most recent call last):\n"
+    'ERROR 07-03 03:19:15 [serving_chat.py:200]   File "/v/serving_chat.py", line 183, in '
+    "create_chat_completion\n"
+    "ERROR 07-03 03:19:15 [serving_chat.py:200] ValueError: This model's maximum context length "
+    "is 16384 tokens. However, you requested 122946 tokens.\n"
+    'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n')
+
+
+def test_a_requests_handled_exception_is_no_failure_of_the_server() -> None:
+    # vLLM's serving_chat catches a request's preprocessing error and answers it with a 400
+    cls = classify(HANDLED_BLOCK, exit_code=None, ended=True)
+    assert (cls.category, cls.stage) == ("none", "serving"), cls.summary()
+    # a failure after the handled block is still read, and quoted
+    dead = ("ERROR 07-03 03:19:20 [core.py:510] EngineCore encountered a fatal error.\n"
+            "ERROR 07-03 03:19:20 [core.py:510] RuntimeError: CUDA error: an illegal memory "
+            "access was encountered\n")
+    cls = classify(HANDLED_BLOCK + dead, exit_code=None, ended=True)
+    assert cls.category == "serving" and "illegal memory access" in cls.evidence[0].text
+    # a line under another logger's tag ends the handled block
+    other = HANDLED_BLOCK.replace(
+        "ERROR 07-03 03:19:15 [serving_chat.py:200] ValueError",
+        "ERROR 07-03 03:19:15 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. ValueError")
+    assert classify(other, exit_code=None, ended=True).category == "serving-oom"

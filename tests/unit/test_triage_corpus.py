@@ -76,28 +76,12 @@ KNOWN_MISSES = {
     # batch 11 (heldout-11), first read by round 11, its misses read for round 12
     "h11-serving-v1-ms-swift-rollout-enginedead": "category right; phase: after-init (the "
                                                   "EngineDeadError), labelled serving",
-    # batch 12 (heldout-12), as round 12 first read it (never tuned on)
-    "h12a-config-xinference-unexpected-kwarg-limit-mm": "AsyncEngineArgs' 'unexpected keyword "
-                                                        "argument' under a wrapper's frames: "
-                                                        "read as unknown",
-    "h12b-ray-cluster-node-missed-heartbeats-oom-guess": "Ray's GCS marking a node dead for "
-                                                         "missed heartbeats: no rule (the "
-                                                         "OOM guess rightly not read)",
-    "h12b-ray-compiled-dag-deserialize-during-serving": "Ray's compiled-DAG channel failing to "
-                                                        "deserialize: read as the engine's "
-                                                        "death (serving)",
+    # batch 12 (heldout-12), first read by round 12, its misses read for round 13
     "h12b-ascend-a3-pd-dp-engines-shm-broadcast-waits": "INFO-level 'No available shared "
                                                         "memory broadcast block' waits: not "
-                                                        "read as a failure",
-    "h12b-nixl-expired-kv-blocks-error-engine-continues": "NIXL's ERROR about expired KV blocks "
-                                                          "(the engine goes on): read as an "
-                                                          "unknown failure",
-    "h12b-chat-preprocess-error-prompt-too-long-client": "serving_chat's per-request "
-                                                         "'Error in preprocessing prompt "
-                                                         "inputs': read as an engine failure",
-    "h12b-v0-ray-asyncenginedead-500-then-nccl-info": "category right; phase: after-init (the "
-                                                      "500 and AsyncEngineDeadError), labelled "
-                                                      "serving",
+                                                        "read as a failure (three earlier "
+                                                        "cases of that shape are labelled "
+                                                        "none; the label is kept as written)",
     "h12b-ascend-hccl-allreduce-socket-timeout-grpo": "category right; phase: the GRPO "
                                                       "generate frames not read, labelled "
                                                       "serving",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "STARTED", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+__all__ = ["STAGES", "STARTED", "HANDLED", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "V1_STEP_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
@@ -109,7 +109,11 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"on startup is less than desired GPU memory utilization|"
            # transformers_utils/config.py get_config: the model path holds no config.json /
            # params.json (a hub cache folder instead of its snapshot; heldout-11, round 12)
-           r"No supported config format found in")
+           r"No supported config format found in|"
+           # EngineArgs is a dataclass: a keyword it does not have (a wrapper passing an
+           # argument the installed release lacks) is Python's TypeError for its __init__
+           # (heldout-12, round 13)
+           r"\b(?:Async)?EngineArgs\.__init__\(\) got an unexpected keyword argument")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -166,7 +170,13 @@ _INTERCONNECT = (
     # NIXL, the KV transfer of disaggregated prefill / decode: its status codes
     # (nixl_status_t: NIXL_ERR_BACKEND, NIXL_ERR_REMOTE_DISCONNECT ...) raised as
     # nixl._bindings.nixl*Error (round 12)
-    r"\bNIXL_ERR_[A-Z_]+|nixl\w*Error\b")
+    r"\bNIXL_ERR_[A-Z_]+|nixl\w*Error\b|"
+    # Ray's GCS drops a node whose raylet stopped answering (its list of reasons that
+    # follows is Ray's guess, see SPECULATION; round 13)
+    r"has been marked dead because the detector has missed too many heartbeats|"
+    # Ray's compiled graph (the V1 Ray executor's channel between the engine and its
+    # workers) failing in its own channel code (round 13)
+    r"ray/experimental/channel/[\w/]+\.py\", line \d+, in \w+$")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -258,7 +268,11 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
 NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a traceback, not its message
                           r"(?:may|might|could) (?:have been|be|also be)\b.{0,80}\bOOM|"
                           r"possibly killed|destroy_process_group\(\) was not called|"
-                          r"process group has NOT been destroyed", _I)
+                          r"process group has NOT been destroyed|"
+                          # NIXL's connector (ERROR level) when a decode worker fetched the
+                          # blocks of a request the prefiller already freed: it drops the
+                          # notice and goes on (round 13)
+                          r"Potentially invalid KV blocks for unrecognized request", _I)
 #: lines logged at DEBUG/INFO/WARNING level that are failure evidence all the same: V0's dump
 #: of a failed execution's input (INFO), and vLLM's custom ops that cannot be loaded because
 #: they were built for another torch (WARNING "Failed to import from vllm._C with
@@ -274,7 +288,15 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
-SPECULATION = re.compile(r"There are some potential root causes|possibly due to", _I)
+SPECULATION = re.compile(r"There are some potential root causes|possibly due to|"
+                         # Ray's GCS before its list of why a node can miss heartbeats
+                         r"This can happen when a\b", _I)
+#: a line with which vLLM's API server says it caught a request's own exception and answers
+#: that request with an error (serving_chat / serving_completion: ``logger.exception("Error
+#: in preprocessing prompt inputs")``, then ``create_error_response``): the traceback logged
+#: under the same ``[file.py:line]`` tag is that request's, not the server's failure. Only
+#: preprocessing (before the engine sees the request), so it can never hide an engine death
+HANDLED = re.compile(r"\[(\S+\.py:\d+)\] Error in preprocessing prompt inputs\s*$")
 
 #: a line that only a starting server prints (the platform it found, its arguments, its
 #: version): a log with one shows how far it got, "before loading" at least, even with no
@@ -309,7 +331,8 @@ TRIGGERS = (
     "keyboardinterrupt", "-15", "# cuda blocks", "# gpu blocks", "-lcuda",
     "gpu memory utilization", "signal=sig", "communication_error", "socket times out",
     "signal received", "shutting down", "mem_get_info", "output_processor",
-    "config format", "nixl", "worker died", "no module named", "torch_npu")
+    "config format", "nixl", "worker died", "no module named", "torch_npu",
+    "unexpected keyword", "missed too many heartbeats", "experimental/channel")
 
 
 def may_match(text: str) -> bool:
@@ -416,7 +439,10 @@ FRAME_STAGE: dict[str, int] = {
                      "worker_busy_loop", "start_worker_execution_loop", "output_handler",
                      "create_chat_completion", "create_completion", "chat_completion_stream_"
                      "generator", "render_chat_request", "_run_engine", "generate",
-                     "get_output_async", "_raise_exception_on_finish"), SERVING),
+                     "get_output_async", "_raise_exception_on_finish",
+                     # V0's AsyncLLMEngine: the background loop's done-callback (the loop
+                     # steps the engine only while requests are in flight; round 13)
+                     "_log_task_completion"), SERVING),
     "run_asgi": AFTER_INIT,
 }
 #: frames of loops that run whatever method they are sent: V1's ``WorkerProc.worker_busy_loop``

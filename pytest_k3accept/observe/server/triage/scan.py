@@ -20,7 +20,7 @@ from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
     LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
-    SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
+    HANDLED, SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -71,6 +71,7 @@ class Scanner:
     last_activity: int = 0  # lineno of the last INFO-level (healthy) vLLM line
     self_killed: bool = False  # V1's executor killed its own process tree (SELF_KILL)
     started: bool = False  # a line only a starting server prints (patterns.STARTED) was seen
+    handled: str | None = None  # the logger tag of a request's handled exception (HANDLED)
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -88,6 +89,7 @@ class Scanner:
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
         self.self_killed = self.started = False
+        self.handled = None
 
     def all_hits(self) -> list[Hit]:
         """The kept hits, in log order."""
@@ -121,6 +123,19 @@ class Scanner:
         if not self.started and STARTED.search(text):
             self.started = True
         level = "INFO" if text.startswith(("INFO:", "DEBUG:")) else log_level(text)  # uvicorn
+        if self.handled is not None:
+            if f"[{self.handled}]" in text[:200]:
+                self._prev = text  # a request's own handled exception: no evidence
+                self._order += 1
+                return
+            self.handled = None
+        handled = HANDLED.search(text)
+        if handled:
+            self.handled = handled.group(1)
+            self.last_activity = line.lineno
+            self._prev = text
+            self._order += 1
+            return
         if ACCESS_5XX.search(text):
             self.tail.append(line)
         elif level in _QUIET and not QUIET_EVIDENCE.search(text):
