@@ -492,3 +492,24 @@ def test_a_requests_handled_exception_is_no_failure_of_the_server() -> None:
         "ERROR 07-03 03:19:15 [serving_chat.py:200] ValueError",
         "ERROR 07-03 03:19:15 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. ValueError")
     assert classify(other, exit_code=None, ended=True).category == "serving-oom"
+
+
+def test_the_phase_is_reported_only_where_a_line_shows_it() -> None:
+    line = "vllm serve: error: unrecognized arguments: --bogus\n"
+    # an argument error is raised only before anything is loaded: that is shown
+    assert classify(line, exit_code=2).stage == "before-loading"
+    # an NCCL error alone shows no stage: "not shown", never the scanner's default
+    nccl = "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO)\n"
+    cls = classify(nccl, exit_code=1)
+    assert (cls.category, cls.stage) == ("connection", ""), cls
+    assert cls.phase.startswith("not shown")
+    # the same error under init_device's frame, or after a start line, is before loading
+    framed = ('  File "/v/vllm/worker/worker.py", line 9, in init_device\n' + nccl)
+    assert classify(framed, exit_code=1).stage == "before-loading"
+    started = "INFO 12-01 10:00:00 [__init__.py:239] Automatically detected platform cuda.\n"
+    assert classify(started + nccl, exit_code=1).stage == "before-loading"
+    # a missing kernel image is the environment at whatever stage it is hit
+    late = START + LOADED + INIT + "RuntimeError: CUDA error: no kernel image is available for " \
+        "execution on the device\n"
+    cls = classify(late, exit_code=1)
+    assert (cls.category, cls.stage) == ("environment", "after-init"), cls

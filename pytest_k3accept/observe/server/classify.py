@@ -108,6 +108,8 @@ _PHASES = ("before weight loading", "while loading weights",
            "after init, before any successful response", "while serving (requests in the log)")
 _FIRST_OK = "after the first successful response"
 _UNPLACED = "not shown (no startup or serving line before it)"
+#: the phase when nothing in the log shows how far the server got (a failure line alone)
+_NOT_SHOWN = "not shown (no startup, init or serving line)"
 _KILLED_EXIT = (-9, 137)
 
 @dataclass(frozen=True)
@@ -200,6 +202,14 @@ def _phase_text(stage: int, tl: Timeline, http: HttpObservations) -> str:
     return _PHASES[stage]
 
 
+def _phase_and_stage(scan: Scanner, stage: int, http: HttpObservations) -> tuple[str, str]:
+    """The phase text and stage key for ``stage``: "not shown" and "" when the log shows no
+    stage at all (then ``before-loading`` would only be the scanner's default)."""
+    if stage == BEFORE and not scan.shown() and http.first_success_at is None:
+        return _NOT_SHOWN, ""
+    return _phase_text(stage, scan.timeline, http), STAGES[stage]
+
+
 def _quote(line: LogLine, text: str | None = None) -> Quote:
     raw = text if text is not None else unwrap(line.text)
     body = _PREFIX.sub("", raw, count=1).strip() or raw.strip()
@@ -262,10 +272,11 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
                 [h.line for h in hits] + list(scan.all_exceptions()),
                 [ev.line or "" for ev in scan.timeline.events.values()]):
             stage = max(_stage_at(scan, hit, http), _tl_stage(scan.timeline, None, http))
-            return Classification("killed", _phase_text(stage, scan.timeline, http),
+            phase, key = _phase_and_stage(scan, stage, http)
+            return Classification("killed", phase,
                                   (Quote(enginecore.KILLED), _quote(hit.line, hit.text)),
                                   enginecore.ADVICE, "engine-core-killed", "matched",
-                                  exit_code, notes, stage=STAGES[stage])
+                                  exit_code, notes, stage=key)
         return _from_hit(scan, hit, hits, exit_code, http, notes)
     return _without_log_evidence(scan, exit_code, http, notes, ended)
 
@@ -279,7 +290,7 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
               http: HttpObservations, notes: tuple[str, ...]) -> Classification:
     stage = _stage_at(scan, hit, http)
     category = _category(hit.kind, stage)
-    phase, stage_key = _phase_text(stage, scan.timeline, http), STAGES[stage]
+    phase, stage_key = _phase_and_stage(scan, stage, http)
     if hit.kind == "oom" and stage == BEFORE and not scan.timeline.events:
         # an excerpt that starts at the error: loading and serving look the same here, and
         # guessing "loading" (move the environment) for a serving OOM is the costly mistake
@@ -303,7 +314,8 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
     inferred = category == "unknown"
     advice = ADVICE[category]
     if category == "host-oom":
-        advice = f"Host out of memory {_phase_text(stage, scan.timeline, http)}. " + advice
+        advice = f"Host out of memory ({phase}). " + advice if not stage_key else \
+            f"Host out of memory {phase}. " + advice
     consequences = tuple(q for q in later if q.text != quotes[0].text)[:3]
     return Classification(category, phase, tuple(quotes), advice, hit.rule,
                           "inferred" if inferred else "matched", exit_code, notes,
@@ -322,9 +334,10 @@ def _killed(scan: Scanner, http: HttpObservations, exit_code: int | None,
     quotes = _last_errors(scan)[-2:] + [Quote(
         f"process exit code {exit_code} (SIGKILL from outside: an operator, a supervisor, or "
         "the kernel OOM killer - check dmesg)")]
-    return Classification("killed", _phase_text(stage, scan.timeline, http), tuple(quotes),
+    phase, key = _phase_and_stage(scan, stage, http)
+    return Classification("killed", phase, tuple(quotes),
                           ADVICE["killed"], "exit-code", "inferred", exit_code, notes,
-                          stage=STAGES[stage])
+                          stage=key)
 
 
 def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObservations,
@@ -332,7 +345,7 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
     """Decide from the HTTP observations, the exit code and how the log ends."""
     tl = scan.timeline
     stage = max(scan.stage, _tl_stage(tl, None, http))
-    phase = _phase_text(stage, tl, http)
+    phase, key = _phase_and_stage(scan, stage, http)
     access = [ln for ln in scan.tail if ACCESS_5XX.search(ln.text)]
     quotes: list[Quote] = [_quote(ln) for ln in access[:1]]
     quotes += [Quote(clean(f"HTTP {msg}")[:500]) for msg in http.server_errors[:2]]
@@ -344,22 +357,22 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
         if exit_code in (126, 127) or (scan.lines == 0 and not tl.events):
             category, prefix = "config", ("The command itself failed (it ended before the "
                                           "server logged anything). ")
+            phase, key = _PHASES[BEFORE], STAGES[BEFORE]  # it never started: that is shown
         elif stage >= AFTER_INIT and (http.server_errors or access):
             category, prefix = "serving", ""
         else:
             category, prefix = "unknown", ""
         quotes = _last_errors(scan)[-3:] + quotes + [Quote(f"process exit code {exit_code}")]
         return Classification(category, phase, tuple(quotes), prefix + ADVICE[category],
-                              "exit-code", "inferred", exit_code, notes, stage=STAGES[stage])
+                              "exit-code", "inferred", exit_code, notes, stage=key)
     if stage >= AFTER_INIT and (http.server_errors or access) and (
             http.health_status is None or http.health_status >= 500 or exit_code is not None):
         return Classification("serving", phase, tuple(quotes), ADVICE["serving"], "http-5xx",
-                              "inferred", exit_code, notes, stage=STAGES[stage])
+                              "inferred", exit_code, notes, stage=key)
     if http.connection_errors and not http.server_errors:
         quotes = [Quote(clean(f"client: {msg}")[:500]) for msg in http.connection_errors[:2]]
         return Classification("connection", phase, tuple(quotes), ADVICE["connection"],
-                              "client-connection", "inferred", exit_code, notes,
-                              stage=STAGES[stage])
+                              "client-connection", "inferred", exit_code, notes, stage=key)
     if ended and exit_code is None and scan.tail and scan.tail[-1].lineno >= scan.last_activity:
         # a traceback after init (its message cut off): the engine failed while serving, cause
         # not shown; before init the same tail could be any of loading, KV sizing or a bug
@@ -368,8 +381,6 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
         category = "serving" if raised else "unknown"
         return Classification(category, phase, tuple(_last_errors(scan)), ADVICE[category],
                               "traceback-after-init" if raised else "log-ends-in-error",
-                              "inferred", exit_code, notes, stage=STAGES[stage])
-    seen = bool(tl.events) or scan.stage > BEFORE or scan.started
-    return Classification("none", phase if seen else "no startup observed", (),
-                          ADVICE["none"], "no-failure", "matched", exit_code, notes,
-                          stage=STAGES[stage] if seen else "")
+                              "inferred", exit_code, notes, stage=key)
+    return Classification("none", phase if key else "no startup observed", (),
+                          ADVICE["none"], "no-failure", "matched", exit_code, notes, stage=key)

