@@ -91,6 +91,14 @@ def test_a_start_without_failure_or_progress_shows_before_loading() -> None:
     ("nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND", "connection"),
     ("TimeoutError('No heartbeat received from MQLLMEngine')", "connection"),
     ("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'x'", "config"),
+    ("NotImplementedError: Pipeline parallelism is not supported yet with multiprocessing.",
+     "config"),
+    ("RuntimeError: Worker failed with error 'LoRA rank 32 is greater than max_lora_rank 16.', "
+     "please check the stack trace above for the root cause", "config"),
+    ("ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes "
+     "are ('fp8e4b15', 'fp8e5')\")", "environment"),
+    ("RuntimeError: oneCCL: ze_fd_manager.cpp:214 fill_device_fds: EXCEPTION: open failed: "
+     "fd: -1, errno: No such file or directory", "environment"),
     ("(raylet) The node with node id: 0f2 and address: 10.0.0.51 and node name: 10.0.0.51 has "
      "been marked dead because the detector has missed too many heartbeats from it.",
      "connection"),
@@ -513,3 +521,32 @@ def test_the_phase_is_reported_only_where_a_line_shows_it() -> None:
         "execution on the device\n"
     cls = classify(late, exit_code=1)
     assert (cls.category, cls.stage) == ("environment", "after-init"), cls
+
+
+def test_an_oom_after_lines_cut_from_the_log_is_not_placed() -> None:
+    # a posted excerpt: the start, then "[...]", then the OOM: loading, KV sizing or serving
+    # may lie in the cut; no guess (an unplaced OOM is unknown, never loading)
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+    cut = START + "[...]\n" + oom
+    cls = classify(cut, exit_code=1)
+    assert (cls.category, cls.stage) == ("unknown", "unknown"), cls
+    assert "cut" in cls.phase
+    # the same without the cut is placed by what the log shows
+    assert classify(START + oom, exit_code=1).category == "loading"
+    # a cut inside the OOM's own traceback does not hide its stage: its frames place it
+    framed = (START + "Traceback (most recent call last):\n"
+              '  File "/v/vllm/model_executor/model_loader/loader.py", line 9, in load_model\n'
+              "    model = _initialize_model(vllm_config=vllm_config)\n[...]\n" + oom)
+    assert classify(framed, exit_code=1).category == "loading"
+    # a cut before a KV-sizing line, then the OOM: placed after the cut by that line
+    kv = START + "[...]\n" + LOADED + oom
+    assert classify(kv, exit_code=1).category == "kv-capacity-at-init"
+
+
+def test_a_stop_shown_only_by_the_launchers_signal_handler_is_killed() -> None:
+    log = (START + LOADED + INIT +
+           'INFO:     127.0.0.1:5 - "POST /v1/audio/transcriptions HTTP/1.1" 200 OK\n'
+           "(APIServer pid=1) INFO 11-29 23:52:00 [launcher.py:80] Shutting down FastAPI HTTP "
+           "server.\n")
+    cls = classify(log, exit_code=None, ended=True)
+    assert (cls.category, cls.stage) == ("killed", "serving"), cls

@@ -95,45 +95,6 @@ KNOWN_MISSES = {
     "h12b-ascend-hccl-allreduce-socket-timeout-grpo": "category right; phase: the GRPO "
                                                       "generate frames not read, labelled "
                                                       "serving",
-    # batch 13 (heldout-13), as round 13 first read it (never tuned on)
-    "h13a-servingoom-omni-qwen3-omni-vision-injected-oom-500": (
-        "a CUDA OOM in a vision forward with the serving shown only by the stage's own lines: "
-        "read as unplaced (unknown)"),
-    "h13a-config-v0-pipeline-parallel-unsupported-multiprocessing": (
-        "NotImplementedError 'Pipeline parallelism is not supported yet with multiprocessing': "
-        "no rule"),
-    "h13a-config-v1-lora-rank-32-over-max-lora-rank-16": (
-        "'LoRA rank 32 is greater than max_lora_rank 16' relayed by 'Worker failed with error':"
-        " read as an engine death"),
-    "h13a-env-xpu-oneccl-fill-device-fds-init-device": (
-        "oneCCL's 'fill_device_fds: EXCEPTION: open failed' (no device files): no rule"),
-    "h13a-env-a100-fp8e4nv-unsupported-triton-block-mm": (
-        "Triton's 'type fp8e4nv not supported in this architecture': no rule, read as an engine"
-        " death"),
-    "h13a-unknown-qwen3vl-235b-fp8-8xa100-worker-cuda-oom-stage-cut": (
-        "a worker's CUDA OOM after the start lines only, its frames cut: placed before loading "
-        "(loading) instead of unplaced"),
-    "h13a-serving-v1-gemma4-swa-scheduler-traceback-kv-sizing-lines": (
-        "an engine-loop traceback (step_with_batch_queue) after init, message cut: read as "
-        "unknown"),
-    "h13a-unknown-v0-djl-ray-capture-model-frames-oom-cut": (
-        "DJL's prefix hides the Ray worker's traceback: no failure read"),
-    "h13b-gpustack-vllm-graceful-stop-mid-serving-no-error": (
-        "'Shutting down FastAPI HTTP server.' (the signal handler's line): not read as a stop "
-        "from outside"),
-    "h13b-xinference-health-check-stops-vllm-workers": (
-        "Xinference stopping vLLM after its health check: no rule"),
-    "h13b-ascend-two-node-dp-sync-batch-allreduce-traceback-cut": (
-        "a model step's traceback (execute_model frames) cut before its message: read as "
-        "unknown, phase not read"),
-    "h13a-loading-omni-qwen-image-2512-5090-tp4-linear-init": (
-        "category right; phase: a diffusion model's constructor frames not read as loading"),
-    "h13a-none-runai-streamer-loading-progress-pod-died": (
-        "category right; phase: Run:ai streamer progress not read as loading"),
-    "h13b-sigterm-from-test-harness-shutdown-log": (
-        "category right; phase: the 200 before the SIGTERM not read as serving"),
-    "h13b-r1-gguf-custom-allreduce-disabled-warnings-only": (
-        "category right; phase: custom-allreduce warnings not read as a start"),
 }
 
 

@@ -108,6 +108,7 @@ _PHASES = ("before weight loading", "while loading weights",
            "after init, before any successful response", "while serving (requests in the log)")
 _FIRST_OK = "after the first successful response"
 _UNPLACED = "not shown (no startup or serving line before it)"
+_UNPLACED_CUT = "not shown (lines were cut out of the log before it)"
 #: the phase when nothing in the log shows how far the server got (a failure line alone)
 _NOT_SHOWN = "not shown (no startup, init or serving line)"
 _KILLED_EXIT = (-9, 137)
@@ -291,7 +292,13 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
     stage = _stage_at(scan, hit, http)
     category = _category(hit.kind, stage)
     phase, stage_key = _phase_and_stage(scan, stage, http)
-    if hit.kind == "oom" and stage == BEFORE and not scan.timeline.events:
+    if hit.kind == "oom" and stage < AFTER_INIT and hit.cut:
+        # lines were cut between the last one that showed the stage and the OOM (a posted
+        # excerpt): loading, KV sizing and serving may lie in the cut; no guess
+        category, phase, stage_key = "unknown", _UNPLACED_CUT, "unknown"
+        notes += ("out of memory after lines cut from the log ([...]) that could have shown "
+                  "loading, KV sizing or serving: triage the whole log",)
+    elif hit.kind == "oom" and stage == BEFORE and not scan.timeline.events:
         # an excerpt that starts at the error: loading and serving look the same here, and
         # guessing "loading" (move the environment) for a serving OOM is the costly mistake
         category, phase, stage_key = "unknown", _UNPLACED, "unknown"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["STAGES", "STARTED", "HANDLED", "BEFORE_FRAMES", "BEFORE_RULES", "ANY_FRAME", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
+__all__ = ["STAGES", "CUT", "STARTED", "HANDLED", "BEFORE_FRAMES", "BEFORE_RULES", "ANY_FRAME", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "V1_STEP_FRAME",
            "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
@@ -48,6 +48,8 @@ _WRAPPERS = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[(?:Debug|Info|Warning|Error|Fatal)\] "
     r"\(\w+\)\s|"
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ \| \w+ \|\s|"  # FastChat
+    # DJL Serving's relay of its Python worker's streams: "WARN  PyProcess W-252-model-stderr: "
+    r"(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w-]+:\s|"
     r"\((?:[\w.=() -]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s?|\|\s)")  # vLLM / Ray process tags
 
 
@@ -88,14 +90,20 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"The internal ACL of the system is incorrect|"
            # V0 0.6: the model registry inspects architectures in a subprocess; its failure
            # is a broken install, whatever "not supported" follows (vllm#9624)
-           r"Error in inspecting model architecture")
+           r"Error in inspecting model architecture|"
+           # oneCCL (Intel XPU) cannot open the Level Zero devices' files (/dev/dri): the
+           # process does not see the GPUs (round 14)
+           r"fill_device_fds: EXCEPTION: open failed")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
 _KERNEL_IMAGE = (r"no kernel image is available|HIP error: invalid device function|"
                  r"invalid device function|"
                  # a kernel compiled at run time (xgrammar, triton) cannot link the driver
-                 r"cannot find -lcuda\b")
+                 r"cannot find -lcuda\b|"
+                 # Triton compiling an FP8 kernel for a GPU without that type (fp8e4nv needs
+                 # sm_89+: an A100 is sm_80; round 14)
+                 r"type fp8\w+ not supported in this architecture")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -117,7 +125,12 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            # EngineArgs is a dataclass: a keyword it does not have (a wrapper passing an
            # argument the installed release lacks) is Python's TypeError for its __init__
            # (heldout-12, round 13)
-           r"\b(?:Async)?EngineArgs\.__init__\(\) got an unexpected keyword argument")
+           r"\b(?:Async)?EngineArgs\.__init__\(\) got an unexpected keyword argument|"
+           # vLLM's config checks refuse a combination of features (ParallelConfig,
+           # SchedulerConfig ... _verify_args raise NotImplementedError; round 14)
+           r"NotImplementedError: .*\bnot (?:yet )?supported\b|"
+           # the LoRA manager's check of an adapter against --max-lora-rank (round 14)
+           r"LoRA rank \d+ is greater than max_lora_rank \d+")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -197,7 +210,13 @@ _STOPPED = (r"EngineCore: trigger received signal=SIG(?:TERM|INT)|WorkerProc was
             # as 11 is a fault, not a stop)
             r"^Signal Received: (?:15 \(Terminated\)|2 \(Interrupt\))|"
             # llm-d's routing sidecar, stopped with its pod (proxy.go logs it on the signal)
-            r'\] "shutting down" logger="proxy server"')
+            r'\] "shutting down" logger="proxy server"|'
+            # vLLM's launcher logs this only when its SIGINT / SIGTERM handler cancelled the
+            # HTTP server (launcher.py serve_http; an engine death sets should_exit instead;
+            # round 14)
+            r"Shutting down FastAPI HTTP server\.|"
+            # Xinference stopping the vLLM process it runs after its own health check failed
+            r"Detecting vLLM is not health, prepare to quit the process")
 _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|died unexpectedly|"
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
@@ -289,7 +308,10 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
                             # V1 0.32: a worker that got SystemExit with no shutdown requested
                             r"WorkerProc was terminated|"
                             # V1's engine core: a SIGTERM / SIGINT from outside
-                            r"EngineCore: trigger received signal=SIG(?:TERM|INT)", _I)
+                            r"EngineCore: trigger received signal=SIG(?:TERM|INT)|"
+                            # the launcher's signal handler; a wrapper's stop (_STOPPED)
+                            r"Shutting down FastAPI HTTP server\.|"
+                            r"Detecting vLLM is not health, prepare to quit", _I)
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
@@ -313,7 +335,15 @@ STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected p
                      # the Ray executor joining its cluster, before the workers start
                      r"Connect(?:ing|ed) to (?:existing )?Ray cluster|"
                      # a worker's failure in the executor's init_device call (V0)
-                     r"(?:executing|processing) method init_device\b", _I)
+                     r"(?:executing|processing) method init_device\b|"
+                     # the workers' distributed set-up (custom all-reduce, the message queue
+                     # of the multiprocessing executor), before the weights (round 14)
+                     r"Custom allreduce is disabled because|"
+                     r"vLLM message queue communication handle", _I)
+#: a line that marks lines cut out of a posted log (``[...]``, ``...``, ``…``), alone or after
+#: vLLM's level / time / logger prefix
+CUT = re.compile(r"^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\]\s*)?"
+                 r"(?:\[\s*(?:\.\.\.|…)\s*\]|\.{3,}|…)\s*$")
 #: the API server's first lines: what came before them belongs to another process
 PROCESS_START = re.compile(r"non-default args:|vLLM API server version\s", _I)
 #: every line a rule of RULES can match contains one of these (lower case): the cheap test that
@@ -344,7 +374,8 @@ TRIGGERS = (
     "signal received", "shutting down", "mem_get_info", "output_processor",
     "config format", "nixl", "worker died", "no module named", "torch_npu",
     "unexpected keyword", "missed too many heartbeats", "experimental/channel",
-    "device function")
+    "device function", "notimplementederror", "max_lora_rank", "in this architecture",
+    "fill_device_fds", "fastapi http server", "not health")
 
 
 def may_match(text: str) -> bool:
@@ -358,12 +389,16 @@ FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+
 #: frames of the model's and its layers' constructors (``LlamaDecoderLayer(config)``,
 #: ``ColumnParallelLinear(`` -> ``Parameter(torch.empty(``): they run only while the model is
 #: built, which is loading (vLLM 0.1's tracebacks show no loader frame above them)
-BUILD_FRAME = re.compile(r'File "[^"]*vllm/model_executor/(?:models|layers|parallel_utils)/'
+BUILD_FRAME = re.compile(r'File "[^"]*(?:vllm/model_executor/(?:models|layers|parallel_utils)|'
+                         # vllm-omni's diffusion and stage models (round 14)
+                         r'vllm_omni/(?:\w+/)?models)/'
                          r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
 #: V1's workers and executors run ``execute_model`` / ``sample_tokens`` only to step scheduled
 #: requests (their profile and warm-up runs call ``_dummy_run``), so such a frame is serving;
 #: V0's ``execute_model`` also runs in the profile run and stays unplaced
-V1_STEP_FRAME = re.compile(r'File "[^"]*vllm/v1/(?:worker|executor)/[^"]*", line \d+, in '
+V1_STEP_FRAME = re.compile(r'File "[^"]*(?:vllm/v1/(?:worker|executor)|'
+                           # vllm-ascend's V1 model runner (model_runner_v1.py; round 14)
+                           r'vllm_ascend/worker)/[^"]*", line \d+, in '
                            r'(?:execute_model|sample_tokens)$')
 #: V1's executor, told by a worker that it raised, kills its own process tree (SIGKILL): the
 #: shell's "Killed" after this line is no kill from outside
@@ -377,6 +412,8 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)", _I)
 #: (stage, pattern): the stage a line shows the server had reached (frames: see FRAME_STAGE)
 HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (LOADING, re.compile(r"Starting to load model|Loading (?:safetensors|pt) checkpoint shards|"
+                         # the Run:ai model streamer's progress bar (round 14)
+                         r"Loading safetensors using Runai Model Streamer|"
                          r"Using model weights format|Loading weights with|"
                          # a checkpoint file being mapped: the weights are being read
                          r"unable to mmap \d+ bytes from file", _I)),
@@ -390,7 +427,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                             r"startup complete|Uvicorn running on|Available routes are|"
                             r"Route: /v1/", _I)),
     (AFTER_INIT, re.compile(r':\d+ - "(?:GET|POST) /\S* HTTP/\d(?:\.\d)?" 5\d\d\b')),
-    (SERVING, re.compile(r'"POST /\S*(?:completions|generate|messages|responses)\S* HTTP/\d'
+    (SERVING, re.compile(r'"POST /\S*(?:completions|generate|messages|responses|'
+                         # the other engine routes (round 14: a transcription's 200)
+                         r'audio/\w+|embeddings|pooling|score|rerank|classify)\S* HTTP/\d'
                          r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt '
                          r'throughput|Engine 0+: '
                          r'|Running: \d+ reqs|Dumping (?:scheduler (?:output|stats)|input data)'
@@ -400,6 +439,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'Aborting \d+ requests?\b|'
                          # V0 / V1 engines abort a request only while serving it (round 12)
                          r'Aborted request \S|'
+                         # an API error answer that names its request: one was in flight
+                         # (vLLM's request ids; vllm-omni's client print, round 14)
+                         r'[\'"]request_id[\'"]: [\'"](?:chatcmpl|cmpl)-|'
                          r'Exception in callback (?:_log_task_completion|'
                          r'_raise_exception_on_finish)|'
                          # V1 sends execute_model to its workers only to step requests
@@ -445,7 +487,10 @@ FRAME_STAGE: dict[str, int] = {
                      "raise_if_cache_size_invalid", "compile_or_warm_up_model", "capture_end",
                      "initialize_cache", "_initialize_kv_cache", "check_enough_kv_cache_memory",
                      "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
-                     "_allocate_kv_cache"), KV),
+                     "_allocate_kv_cache",
+                     # V0's Worker.warm_up_model: CUDA-graph capture after the KV cache is
+                     # sized (_initialize_kv_caches runs it; round 14)
+                     "warm_up_model"), KV),
     **dict.fromkeys(("run_busy_loop", "_process_engine_step", "step_fn", "engine_step",
                      "run_engine_loop", "step_async", "execute_model_with_error_logging",
                      "worker_busy_loop", "start_worker_execution_loop", "output_handler",
@@ -454,7 +499,10 @@ FRAME_STAGE: dict[str, int] = {
                      "get_output_async", "_raise_exception_on_finish",
                      # V0's AsyncLLMEngine: the background loop's done-callback (the loop
                      # steps the engine only while requests are in flight; round 13)
-                     "_log_task_completion"), SERVING),
+                     "_log_task_completion",
+                     # V1's engine core steps with a batch queue (pipeline parallel / async
+                     # scheduling) only for scheduled requests (round 14)
+                     "step_with_batch_queue"), SERVING),
     "run_asgi": AFTER_INIT,
 }
 #: frames of what runs before the weights are read: argument and config parsing, the device

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
+from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
     LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
     HANDLED, SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
 
@@ -49,6 +49,9 @@ class Hit:
     line: LogLine
     text: str  # the line without its wrappers
     stage: int
+    #: lines were cut out of the log (``[...]``) after the last line that showed its stage,
+    #: and no traceback frame placed it since: the stage may have moved on unseen
+    cut: bool = False
 
 
 @dataclass
@@ -79,6 +82,8 @@ class Scanner:
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
     _prev: str = ""
+    _cut: bool = False  # a cut marker since the stage was last shown
+    _last_tb: int = -100  # the order of the last traceback header or frame line
 
     @classmethod
     def over(cls, timeline: Timeline | None) -> "Scanner":
@@ -91,6 +96,7 @@ class Scanner:
         self.late_exceptions.clear()
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
+        self._cut = False
         self.self_killed = self.started = self.before_shown = False
         self.handled = None
 
@@ -128,6 +134,13 @@ class Scanner:
         text = unwrap(line.text)
         if not self.vllm_lines and _VLLM_LIKE.search(text):
             self.vllm_lines = 1  # only "none at all" matters
+        if CUT.match(text):
+            # a cut just after a traceback's frames elides more of the same traceback (one
+            # event, placed by its frames); elsewhere it may hide how far the server got
+            if self._order - self._last_tb > 3:
+                self._cut = True
+        elif TRACEBACK.search(text) or FRAME.match(text) or FAULT_FRAME.match(text):
+            self._last_tb = self._order
         self._hints(text)
         if not self.started and STARTED.search(text):
             self.started = True
@@ -161,11 +174,15 @@ class Scanner:
         self._prev = text
         self._order += 1
 
-    def _raise(self, stage: int) -> None:
+    def _raise(self, stage: int, framed: bool = False) -> None:
+        if stage > self.stage or framed:  # shown after the cut (a frame: the traceback's own)
+            self._cut = False
         if stage > self.stage:
             self.stage = stage
         for hit in self.all_hits()[-8:]:  # a traceback that follows a hit is its own
-            if self._order - hit.order <= FOLLOW and stage > hit.stage:
+            if self._order - hit.order <= FOLLOW and stage >= hit.stage:
+                if framed or stage > hit.stage:  # its own traceback or what followed places it
+                    hit.cut = False
                 hit.stage = stage
 
     def _hints(self, text: str) -> None:
@@ -188,14 +205,14 @@ class Scanner:
         if built is not None:
             self._tb_dispatch = None
             self._tb_stage = built
-            self._raise(built)
+            self._raise(built, framed=True)
         elif m and m.group(1) and self._tb_stage is None and m.group(1) in FRAME_STAGE:
             if m.group(1) in DISPATCH_FRAMES:
                 self._tb_dispatch = FRAME_STAGE[m.group(1)]
                 return
             self._tb_dispatch = None
             self._tb_stage = FRAME_STAGE[m.group(1)]
-            self._raise(self._tb_stage)
+            self._raise(self._tb_stage, framed=True)
         elif self._tb_dispatch is not None and EXCEPTION.search(text):
             self.settle()
 
@@ -221,7 +238,7 @@ class Scanner:
             if pat.search(text) or (wrapped and wrapped_match(pat, self._prev, text)):
                 if kind == "killed" and self.self_killed:
                     return  # the executor's own SIGKILL of its process tree (SELF_KILL)
-                hit = Hit(rule, kind, tier, self._order, line, text, self.stage)
+                hit = Hit(rule, kind, tier, self._order, line, text, self.stage, self._cut)
                 if rule in BEFORE_RULES:
                     self.before_shown = True
                 (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
