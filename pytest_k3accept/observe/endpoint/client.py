@@ -236,24 +236,27 @@ class K3Client:
             buf = b""
             last: float | None = None
             done = False
+            perf, decode, absorb = time.perf_counter, U.parse_event, U.absorb_delta
             async for chunk in raw_chunks(resp):
-                now = time.perf_counter()
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
+                now = perf()
+                if buf:
+                    chunk = buf + chunk
+                lines = chunk.split(b"\n")
+                buf = lines.pop()
                 if len(buf) > U.MAX_EVENT_LINE:
                     res.error_kind = "protocol"
                     res.error = (f"a stream line is longer than {U.MAX_EVENT_LINE // 2**20} "
                                  "MiB; reading stopped")
                     return
                 for line in lines:
-                    line = line.rstrip(b"\r")
-                    if not line.startswith(b"data:"):
+                    # the stream's hot path (once per line): blank separators skipped first
+                    if not line or line[:5] != b"data:":
                         continue
-                    data = line[5:].strip()
+                    data = line[5:].strip()  # also the "\r" of a CRLF line end
                     if data == b"[DONE]":
                         done = True
                         continue
-                    event = U.parse_event(data)
+                    event = decode(data)
                     if not isinstance(event, dict):
                         continue
                     if "error" in event:
@@ -262,7 +265,7 @@ class K3Client:
                         res.error = U.message_of(event, "error event in stream")
                         continue
                     res.chunks += 1
-                    if U.absorb_delta(res, event):
+                    if absorb(res, event):
                         if last is None:
                             res.ttft = now - t0
                         else:
