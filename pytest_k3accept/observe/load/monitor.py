@@ -163,15 +163,21 @@ class Monitor:
         next_sample = t0
         self.t0, self.series, self.engine_series, self.reported = t0, [], {}, False
         tick = min(self.interval, progress_interval) if progress else self.interval
+        first = True
         while True:
             now = time.perf_counter()
             if self.enabled and now >= next_sample:
-                next_sample = now + self.interval
+                # the first sample, at the start, sees the server before any request of the
+                # run is in flight; the second comes 50 ms in, when the first requests are
+                # being served, so a run shorter than one interval is still seen at work
+                next_sample = now + (min(self.interval, 0.05) if first else self.interval)
+                first = False
                 await self.sample()
             if progress is not None and now >= next_report:
                 next_report = now + progress_interval
                 self.report(run, t0, progress)
-            await asyncio.sleep(tick)
+            wait = min(tick, next_sample - time.perf_counter()) if self.enabled else tick
+            await asyncio.sleep(max(0.0, wait))
 
     def report(self, run: Any, t0: float, progress: Callable[[Any], Any]) -> None:
         """Hand a :class:`Progress` to ``progress`` (its errors never end a run)."""
