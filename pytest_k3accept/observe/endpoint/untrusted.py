@@ -147,7 +147,7 @@ def absorb_delta(res: Any, event: dict[str, Any]) -> bool:
     if not choice or not isinstance(choice, dict):
         return False
     reason = choice.get("finish_reason")
-    if reason is not None and isinstance(reason, str):
+    if isinstance(reason, str):
         res.finish_reason = reason
     delta = choice.get("delta")
     if not isinstance(delta, dict):  # /v1/completions
