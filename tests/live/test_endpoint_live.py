@@ -92,3 +92,50 @@ async def test_metrics_delta_and_real_prefix_cache_hit(release_testbed) -> None:
     assert after.prefix_caching_enabled() is True
     assert after.missing(ENGINE_SERIES) == [] and after.aliased == {}  # current names, every release
     assert after.kv_cache_usage() is not None and delta.preemptions() == 0
+
+
+def _server_keepalive_s(base_url: str, limit: float = 30.0) -> float:
+    """Seconds the server keeps an idle HTTP/1.1 connection open after an answer: one GET
+    on a raw socket, then the time until the server closes it."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=limit) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        answered = time.monotonic()
+        while sock.recv(65536):  # the rest of the answer, then the server's close (b"")
+            pass
+        return time.monotonic() - answered
+
+
+def test_clients_drop_idle_connections_before_the_server_closes_them(release_testbed) -> None:
+    """The server (uvicorn under vLLM) closes an idle connection after its keep-alive; a
+    request sent on it at that moment fails before any answer and would count as the
+    server's connection error. Every client of the plugin reuses an idle connection for less
+    than the real server's keep-alive (measured here), and a request after an idle gap
+    just past our expiry, before the server's, still succeeds."""
+    import asyncio
+
+    from pytest_k3accept.observe.endpoint.client import K3Client
+    from pytest_k3accept.observe.endpoint.transport import (LeanAiohttpTransport, httpx_limits,
+                                                            keepalive_s)
+
+    server = _server_keepalive_s(release_testbed.base_url)
+    assert 1.0 < server < 30.0, server  # uvicorn's 5 s on both releases
+    assert keepalive_s() <= server - 0.5
+    assert LeanAiohttpTransport()._keepalive == keepalive_s()
+    assert httpx_limits().keepalive_expiry == keepalive_s()
+
+    async def go() -> list[bool]:
+        async with K3Client(release_testbed.base_url, "k3-testbed") as client:
+            oks = [(await client.completion("hi", max_tokens=2, stream=True)).ok]
+            await asyncio.sleep((keepalive_s() + server) / 2)
+            oks.append((await client.completion("hi", max_tokens=2, stream=True)).ok)
+            return oks
+
+    assert asyncio.run(go()) == [True, True]

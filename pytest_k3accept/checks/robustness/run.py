@@ -222,6 +222,7 @@ def check_endpoint(base_url: str, model: str, *, headers: Mapping[str, str] | No
     a failing request, after the run).
     """
     import httpx
+    from ...observe.endpoint.transport import httpx_limits
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as hseed
 
@@ -229,7 +230,7 @@ def check_endpoint(base_url: str, model: str, *, headers: Mapping[str, str] | No
     strategy = probes(model, [PATHS[p] for p in paths], max_model_len)
     t0 = time.monotonic()
     with httpx.Client(base_url=base_url, headers=dict(headers or {}),
-                      timeout=timeout) as http:
+                      timeout=timeout, limits=httpx_limits()) as http:
         report.health_before = _health(http, wait=health_wait)
         if not report.ran:
             return report

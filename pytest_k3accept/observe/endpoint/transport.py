@@ -6,7 +6,8 @@ its default pool silently caps at 100 connections, so 512 streams queue inside t
 show up as TTFT. This transport keeps what a load generator needs and drops the rest:
 
 * one ``aiohttp.ClientSession`` per transport, made lazily inside the running loop, with
-  ``TCPConnector(limit=0)`` (unlimited) unless a pool size is given, no cookie jar
+  ``TCPConnector(limit=0)`` (unlimited) unless a pool size is given, idle connections
+  reused for :data:`KEEPALIVE_S` (below the server's keep-alive), no cookie jar
   (``DummyCookieJar``) and no decompression (the bytes go to httpx as they came; httpx
   decodes ``Content-Encoding`` in ``aiter_bytes``; ``aiter_raw`` callers send
   ``accept-encoding: identity``);
@@ -40,6 +41,41 @@ from pytest_k3accept.observe.endpoint.bodies import encode_body
 if TYPE_CHECKING:  # pragma: no cover
     import aiohttp
     from yarl import URL
+
+#: seconds an idle pooled connection is reused for, by every client of the plugin (this
+#: transport, and the httpx clients through :func:`httpx_limits`). It must stay below the
+#: server's own keep-alive timeout: uvicorn (vLLM's API server, SGLang) closes a connection
+#: idle for 5 s (vLLM's ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), and a request sent on it as it
+#: closes fails with ``ServerDisconnectedError`` before any answer: an error of the client,
+#: not of the server, yet counted as a ``connection`` error of the run. Measured against the
+#: 0.32 testbed with aiohttp's former 60 s expiry: 2 of 42 requests sent 4.98-5.02 s after
+#: the previous one on the same connection failed that way; with 4 s none can, because
+#: aiohttp (and httpcore) check the expiry when they take a connection from the pool. A
+#: server with a keep-alive below 4 s (uvicorn ``--timeout-keep-alive 2``) still races
+#: this; :data:`KEEPALIVE_ENV` sets a lower value.
+KEEPALIVE_S = 4.0
+KEEPALIVE_ENV = "K3ACCEPT_KEEPALIVE_S"
+
+
+def keepalive_s() -> float:
+    """:data:`KEEPALIVE_S`, or ``$K3ACCEPT_KEEPALIVE_S`` when that is a number >= 0 (0: no
+    connection is reused)."""
+    import os
+
+    raw = os.environ.get(KEEPALIVE_ENV, "").strip()
+    try:
+        value = float(raw) if raw else KEEPALIVE_S
+    except ValueError:
+        return KEEPALIVE_S
+    return value if value >= 0 and value == value else KEEPALIVE_S
+
+
+def httpx_limits() -> httpx.Limits:
+    """httpx pool limits with :func:`keepalive_s` as the idle expiry (httpx's default,
+    5 s, equals uvicorn's keep-alive and races it)."""
+    return httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                        keepalive_expiry=keepalive_s())
+
 
 #: headers the hot path sets itself (the client's own values for them are dropped)
 _OWN = frozenset({"content-type", "content-length", "accept-encoding"})
@@ -149,9 +185,9 @@ def raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
 class LeanAiohttpTransport(httpx.AsyncBaseTransport):
     """httpx transport over one aiohttp session; ``limit`` = pool size (0: unlimited)."""
 
-    def __init__(self, *, limit: int = 0, keepalive_expiry: float = 60.0) -> None:
+    def __init__(self, *, limit: int = 0, keepalive_expiry: float | None = None) -> None:
         self._limit = max(0, int(limit))
-        self._keepalive = keepalive_expiry
+        self._keepalive = keepalive_s() if keepalive_expiry is None else keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
@@ -159,9 +195,10 @@ class LeanAiohttpTransport(httpx.AsyncBaseTransport):
     def _make_session(self) -> "aiohttp.ClientSession":
         import aiohttp
 
+        pool: dict[str, Any] = ({"force_close": True} if self._keepalive <= 0
+                                else {"keepalive_timeout": self._keepalive})
         return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
-                                           keepalive_timeout=self._keepalive),
+            connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, **pool),
             cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None))
 

@@ -128,9 +128,10 @@ class _Http:
     def get(self, url: str, params: dict[str, str] | None = None) -> Any:
         """GET ``url``; RemoteError (URL credentials hidden) unless it answers 200."""
         import httpx
+        from ..endpoint.transport import httpx_limits
 
         if self._client is None:
-            self._client = httpx.Client(timeout=self.timeout)
+            self._client = httpx.Client(timeout=self.timeout, limits=httpx_limits())
         try:
             resp = self._client.get(url, params=params)
         except httpx.HTTPError as exc:

@@ -79,8 +79,10 @@ class MetricsScraper:
         http = self._http
         if http is None:
             import httpx
+            from ..endpoint.transport import httpx_limits
 
-            http = self._http = httpx.Client(headers=self.headers, timeout=self.timeout)
+            http = self._http = httpx.Client(headers=self.headers, timeout=self.timeout,
+                                             limits=httpx_limits())
         with http.stream("GET", self.url) as resp:
             raw = bytearray()  # appended in place: += on bytes copies the page each chunk
             for chunk in resp.iter_bytes():
@@ -135,10 +137,12 @@ class MetricsScraper:
     async def ascrape(self, http: Any = None) -> Snapshot:
         """One asynchronous scrape (optionally through an existing ``httpx.AsyncClient``)."""
         import httpx
+        from ..endpoint.transport import httpx_limits
 
         try:
             if http is None:
-                async with httpx.AsyncClient(headers=self.headers, timeout=self.timeout) as c:
+                async with httpx.AsyncClient(headers=self.headers, timeout=self.timeout,
+                                             limits=httpx_limits()) as c:
                     status, text, ctype = await self.afetch(c)
             else:
                 status, text, ctype = await self.afetch(http)
