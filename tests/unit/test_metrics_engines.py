@@ -479,3 +479,36 @@ def test_prometheus_engine_peaks_over_a_window() -> None:
     assert peaks == snap("vllm-0.32-dp2-under-load.txt").engine_gauges()
     assert peaks["kv"] == KV and peaks["running"] == RUNNING
     assert 'max_over_time(vllm:kv_cache_usage_perc{cluster="k3"}[13s]) @112.400' in seen
+
+
+def test_failed_gauge_samples_say_why_the_peak_is_unknown() -> None:
+    """A sample of ``/metrics`` that fails (here a 503 during the run) is counted and its
+    reason kept, and the unknown peak's explanation says how many failed and why, so a run
+    with one good sample and many failed ones is not read as 'requests between samples'."""
+    with StubServer() as stub:
+        answers = [page("vllm-0.32-dp2-idle.txt")]
+
+        def handle(req: Any) -> None:
+            if answers:
+                req.send(200, answers.pop().encode(), "text/plain; version=1.0.0")
+            else:
+                req.send(503, b"busy", "text/plain")
+
+        stub.route("GET", "/metrics", handle)
+
+        async def go() -> None:
+            mon = monitor.Monitor(object(), MetricsScraper(stub.base_url))
+            await mon.open()
+            await mon.sample()
+            await mon.sample()
+            assert mon.samples == 0 and mon.sample_errors == 2
+            assert mon.sample_error == "HTTP 503"
+
+        asyncio.run(go())
+    srv = {"peak_kv_usage": 0.0, "peak_kv_from": "samples", "gauge_samples": 1,
+           "gauge_busy_samples": 0, "gauge_sample_errors": 7,
+           "gauge_sample_error": "ReadTimeout: timed out"}
+    why = unmeasured_peak(srv) or ""
+    assert "none of the 1 gauge sample taken" in why
+    assert why.endswith("; 7 samples of /metrics failed (first: ReadTimeout: timed out)")
+    assert "failed" not in (unmeasured_peak({**srv, "gauge_sample_errors": 0}) or "")

@@ -70,6 +70,8 @@ class Monitor:
         #: use); None while no sample had a running / waiting gauge to tell
         self.busy_samples: int | None = None
         self.sample_errors = 0
+        #: why the first failed sample failed (``ReadTimeout: ...``, ``HTTP 503``)
+        self.sample_error: str | None = None
         self.reported = False
 
     async def open(self) -> None:
@@ -77,6 +79,7 @@ class Monitor:
         if not self.enabled:
             return
         import httpx
+        from ..endpoint.transport import httpx_limits
 
         from ..metrics import MetricsScraper
 
@@ -87,7 +90,8 @@ class Monitor:
             auth = http.headers.get("authorization") if http is not None else None
             self.scraper = MetricsScraper(self.client.base_url,
                                           headers={"Authorization": auth} if auth else {})
-        self._http = httpx.AsyncClient(headers=self.scraper.headers, timeout=10.0)
+        self._http = httpx.AsyncClient(headers=self.scraper.headers, timeout=10.0,
+                                       limits=httpx_limits())
         self.last = await self._full()
 
     async def _full(self) -> "Snapshot | None":
@@ -124,14 +128,18 @@ class Monitor:
     async def sample(self) -> None:
         """One cheap gauge sample; peaks kept in ``peaks``."""
         assert self._http is not None and self.scraper is not None
+        why = "no vLLM gauge on the page"
         try:
             status, text, _ = await self.scraper.afetch(self._http)  # bounded read
             per = (scan_engine_gauges(text) if status == 200 and len(text) <= MAX_METRICS_BODY
                    else {})
-        except Exception:  # noqa: BLE001 - a sample may fail under load; counted
-            per = {}
+            if status != 200:
+                why = f"HTTP {status}"
+        except Exception as exc:  # noqa: BLE001 - a sample may fail under load; counted
+            per, why = {}, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         if not per:
             self.sample_errors += 1
+            self.sample_error = self.sample_error or why
             return
         self.samples += 1
         gauges = fold_gauges(per)
@@ -220,6 +228,7 @@ class Monitor:
             "gauge_samples": self.samples,
             "gauge_busy_samples": self.busy_samples,
             "gauge_sample_errors": self.sample_errors,
+            "gauge_sample_error": self.sample_error,
             "queue_time_mean": delta.histogram_mean("vllm:request_queue_time_seconds"),
             "prefill_time_mean": delta.histogram_mean("vllm:request_prefill_time_seconds"),
             "kv_cache_size_tokens": number(cfg.get("kv_cache_size_tokens")),

@@ -18,11 +18,17 @@ def unmeasured_peak(server: Mapping[str, Any] | None) -> str | None:
     if server.get("peak_kv_from", "samples") != "samples":
         return None
     samples = server.get("gauge_samples")
+    errors = server.get("gauge_sample_errors") or 0
+    failed = ""
+    if errors:
+        why = server.get("gauge_sample_error")
+        failed = (f"; {errors} sample{'s' if errors != 1 else ''} of /metrics failed"
+                  + (f" (first: {why})" if why else ""))
     if samples == 0:
         return ("no KV-cache usage sample was taken during the run (the idle server after "
-                "it says nothing about the peak)")
+                f"it says nothing about the peak){failed}")
     if server.get("gauge_busy_samples") == 0:
         return (f"none of the {samples} gauge sample{'s' if samples != 1 else ''} taken "
                 "during the run caught a request running or waiting (the requests fell "
-                "between samples): the samples show an idle server, not the peak")
+                f"between samples): the samples show an idle server, not the peak{failed}")
     return None
