@@ -96,33 +96,7 @@ KNOWN_MISSES = {
     "h12b-ascend-hccl-allreduce-socket-timeout-grpo": "category right; phase: the GRPO "
                                                       "generate frames not read, labelled "
                                                       "serving",
-    # batch 14 (heldout-14), as round 14 first read it (never tuned on)
-    "h14a-verl-rollout-cpu-swap-space-abort": (
-        "V0's 'Aborted due to the lack of CPU swap space' read as an OOM while serving "
-        "(serving-oom), labelled serving (host RAM was ample)"),
-    "h14a-mllama-90b-pipeline-parallel-unsupported": (
-        "NotImplementedError 'Pipeline parallelism is only supported for the following "
-        "architectures': no rule"),
-    "h14b-docker-qwen25vl-hermes-parse-errors-200-ok-health": (
-        "the hermes tool parser's logged JSONDecodeError (the request answered 200): read as an"
-        " engine failure"),
-    "h14b-xpu-b50-mtp-prefix-caching-mamba-align-overflow-sample-tokens": (
-        "a worker's sample_tokens traceback whose frames the scanner does not place: read as "
-        "unknown"),
-    "h14b-ascend-minimax27-two-node-hccl-allgather-transport-init-after-serving": (
-        "HCCL's all-gather transport init failure in its own words: no rule"),
-    "h14b-xgrammar-jit-so-missing-worker-fatal-systemd-137": (
-        "xgrammar's missing JIT .so (a broken install) read as the engine's death while serving"),
-    "h14b-v064-multistep-max-tokens-0-advance-step-tp-workers": (
-        "a multi-step worker traceback cut before its message, frames not placed: read as "
-        "unknown"),
-    "h14b-modal-snapshot-restore-tcpstore-broken-pipe-warnings-200-ok": (
-        "c10d TCPStore 'sendBytes failed' warnings of a server that answers 200: read as "
-        "connection"),
-    "h14b-k8s-reversed-log-apiserver-sigterm-keyboardinterrupt-in-subprocess": (
-        "a log pasted newest-first: its KeyboardInterrupt('terminated') not read as a stop"),
-    "h14b-v1-ray-two-node-tp16-dsr1-sigsegv-nccl-proxy-frame": (
-        "a SIGSEGV stack in NCCL's proxy thread under Ray's prefix: no failure read"),
+    # batch 14 (heldout-14), as round 14 first read it; round 15 read its misses
     "h14b-k8s-pod-prefix-v064-graceful-shutdown-after-200-restart": (
         "a graceful shutdown behind a pod-name prefix: not read as a stop"),
     "h14a-sfr-embedding-mistral-load-model-trace": (

@@ -129,6 +129,9 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            # vLLM's config checks refuse a combination of features (ParallelConfig,
            # SchedulerConfig ... _verify_args raise NotImplementedError; round 14)
            r"NotImplementedError: .*\bnot (?:yet )?supported\b|"
+           # ... or names what it is supported for ("Pipeline parallelism is only supported
+           # for the following architectures: [...]"; round 15)
+           r"NotImplementedError: .*\bis only supported (?:for|on|with)\b|"
            # the LoRA manager's check of an adapter against --max-lora-rank (round 14)
            r"LoRA rank \d+ is greater than max_lora_rank \d+")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
@@ -152,6 +155,8 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"(?:CUDA|HIP) (?:driver )?error: out of memory|"
         # torch's caching allocator warning (CUDACachingAllocator.cpp)
         r"memory allocation failed with OOM on device|"
+        # V0's scheduler, out of its CPU swap area when it preempts by swapping: the KV cache
+        # was full while serving (tune-3's h2 and heldout-14's h14a read alike, round 15)
         r"Aborted due to the lack of CPU swap space")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
@@ -160,7 +165,10 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
           r"!!!!!!! Segfault encountered|"
           r"unspecified launch failure|Xid \d+|GPU is lost|fell off the bus|"
           # Ascend: an AscendC kernel's assertion and the AI core's inner error (CANN)
-          r"\[ASSERT\] \[CANN_VERSION|EZ9999: Inner Error")
+          r"\[ASSERT\] \[CANN_VERSION|EZ9999: Inner Error|"
+          # abseil's failure-signal handler (Ray's workers, XLA): "*** SIGSEGV received at
+          # time=... on cpu 131 ***" (round 15)
+          r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE|ABRT) received at time=")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -180,6 +188,10 @@ _INTERCONNECT = (
     # CANN's HCCL error codes (EIxxxx) in their own words: EI0006, a socket to another rank
     # could not be opened in time (the two-node link; vllm-ascend#9447)
     r"Communication_Error_\w*\(EI\d{4}\)|Getting socket times out|"
+    # HCCL's own log (the [ERROR] HCCL(pid,) lines): a link to a remote rank could not be set
+    # up for a collective, and its connect-timeout report (vllm-ascend, two nodes; round 15)
+    r"\]Transport init error! createLink|Alloc transports failed|"
+    r"CONNECT TIMEOUT DETECT RESULT|"
     # V0's API server asks the MQLLMEngine process for a heartbeat over its RPC socket
     # (multiprocessing/client.py run_heartbeat_loop): no answer within VLLM_RPC_TIMEOUT is a
     # wait between processes, like shm_broadcast's (round 12)
@@ -205,6 +217,9 @@ _STOPPED = (r"EngineCore: trigger received signal=SIG(?:TERM|INT)|WorkerProc was
             # a supervisor's own line that it killed a process with a signal (vllm-omni#3683)
             r"\bkill\b.*\bsignal=SIG(?:TERM|KILL|INT)\b|"
             r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt\s*$|died, exit code:? -15\b|"
+            # vLLM's API server turns a SIGTERM into KeyboardInterrupt("terminated")
+            # (api_server.py signal_handler; round 15)
+            r"^(?:\[rank\d+\]:\s*)?KeyboardInterrupt: terminated\s*$|"
             # the Spyre runtime's g3log signal handler: "Signal Received: 15 (Terminated)",
             # then the sender's pid (vllm-spyre; SIGTERM / SIGINT only: a fatal signal such
             # as 11 is a fault, not a stop)
@@ -263,6 +278,9 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
+        # a library or JIT-built extension that cannot be loaded (ctypes / torch's dlopen:
+        # "OSError: .../xgrammar.so: cannot open shared object file"; round 15)
+        r"^(?:.*\s)?OSError: \S+\.so(?:\.[\d.]+)?: cannot open shared object file|"
         r"Symbol not found: |"
         # the exception's message on its own: Ray prints it above the traceback of an actor
         # that cannot deserialize its task ("(TemporaryActor pid=1) No module named 'vllm'")
@@ -296,7 +314,13 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
                           # NIXL's connector (ERROR level) when a decode worker fetched the
                           # blocks of a request the prefiller already freed: it drops the
                           # notice and goes on (round 13)
-                          r"Potentially invalid KV blocks for unrecognized request", _I)
+                          r"Potentially invalid KV blocks for unrecognized request|"
+                          # PyTorch's own WARNING-level (glog "W") lines about its TCPStore /
+                          # c10d sockets (the heartbeat's "should dump" check, sendBytes on a
+                          # store gone after a restore): a store that fails raises or logs at
+                          # E; a warning beside 200 answers is none (heldout-14, round 15)
+                          r"^(?:\[rank\d+\]:\s*)?\[W\d{3,4} [\d:.]+ [\w.]+:\d+\] .*"
+                          r"(?:TCPStore|\[c10d\])", _I)
 #: lines logged at DEBUG/INFO/WARNING level that are failure evidence all the same: V0's dump
 #: of a failed execution's input (INFO), and vLLM's custom ops that cannot be loaded because
 #: they were built for another torch (WARNING "Failed to import from vllm._C with
@@ -324,6 +348,13 @@ SPECULATION = re.compile(r"There are some potential root causes|possibly due to|
 #: under the same ``[file.py:line]`` tag is that request's, not the server's failure. Only
 #: preprocessing (before the engine sees the request), so it can never hide an engine death
 HANDLED = re.compile(r"\[(\S+\.py:\d+)\] Error in preprocessing prompt inputs\s*$")
+#: the logger tag of a tool-call parser (``[hermes_tool_parser.py:148]``): the parsers catch
+#: their own exceptions ("Error in extracting tool call from response", a JSONDecodeError of
+#: the model's text) and answer the request with plain content, so their ERROR lines and
+#: tracebacks are a model-output problem of one request, never the server's failure (an
+#: exception they do not catch propagates under serving_chat's frames, not this tag;
+#: heldout-14, round 15)
+TOOL_PARSER_TAG = re.compile(r"\[[\w/.-]*tool_parser\w*\.py:\d+\]")
 
 #: a line that only a starting server prints (the platform it found, its arguments, its
 #: version): a log with one shows how far it got, "before loading" at least, even with no
@@ -375,7 +406,8 @@ TRIGGERS = (
     "config format", "nixl", "worker died", "no module named", "torch_npu",
     "unexpected keyword", "missed too many heartbeats", "experimental/channel",
     "device function", "notimplementederror", "max_lora_rank", "in this architecture",
-    "fill_device_fds", "fastapi http server", "not health")
+    "fill_device_fds", "fastapi http server", "not health", "shared object",
+    "only supported", "transport", "connect timeout", "received at time=")
 
 
 def may_match(text: str) -> bool:
@@ -451,7 +483,15 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'_continuation_prefill|execute_model_async|_process_request)\b|'
                          r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]|'
                          # V0's scheduler swaps a running group out only while serving
-                         r'Aborted due to the lack of CPU swap space', _I)),
+                         r'Aborted due to the lack of CPU swap space|'
+                         # the source lines of a step's traceback, where the reporter cut
+                         # the File lines ("... self.model_runner.sample_tokens(...)"): V1's
+                         # worker samples and updates states only for scheduled requests,
+                         # V0's worker loop runs execute_model(None) only when the driver
+                         # steps (round 15)
+                         r'\bself\.model_runner\.sample_tokens\(|'
+                         r'\bself\._update_states_after_model_execute\(|'
+                         r'\bself\.execute_model\(execute_model_req=None\)', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
@@ -502,7 +542,10 @@ FRAME_STAGE: dict[str, int] = {
                      "_log_task_completion",
                      # V1's engine core steps with a batch queue (pipeline parallel / async
                      # scheduling) only for scheduled requests (round 14)
-                     "step_with_batch_queue"), SERVING),
+                     "step_with_batch_queue",
+                     # V0's multi-step scheduling advances the decode batch on the GPU
+                     # (--num-scheduler-steps > 1): only while requests decode (round 15)
+                     "advance_step_flashattn", "advance_step", "_advance_step"), SERVING),
     "run_asgi": AFTER_INIT,
 }
 #: frames of what runs before the weights are read: argument and config parsing, the device

@@ -20,7 +20,8 @@ from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
     LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
-    HANDLED, SPECULATION, STARTED, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, wrapped_match
+    HANDLED, SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, \
+    wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -151,6 +152,11 @@ class Scanner:
                 self._order += 1
                 return
             self.handled = None
+        if TOOL_PARSER_TAG.search(text, 0, 200):  # a parser's caught error: one request's
+            self.last_activity = line.lineno
+            self._prev = text
+            self._order += 1
+            return
         handled = HANDLED.search(text)
         if handled:
             self.handled = handled.group(1)
