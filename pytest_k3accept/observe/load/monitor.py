@@ -35,6 +35,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: a queue counts as sustained when it was present in every sample over this many seconds
 SUSTAINED_S = 1.0
+#: while requests are in flight and no sample has yet caught the server at work, samples
+#: come this often (a short run's requests otherwise fall between samples on a busy host)
+CATCH_UP_S = 0.02
+#: at most this many such catch-up samples a run (a server whose gauges never move)
+CATCH_UP_MAX = 100
 
 
 def _successes(later: "Snapshot", earlier: "Snapshot | None") -> float:
@@ -72,6 +77,8 @@ class Monitor:
         self.sample_errors = 0
         #: why the first failed sample failed (``ReadTimeout: ...``, ``HTTP 503``)
         self.sample_error: str | None = None
+        #: samples taken early because requests were in flight and none had been caught
+        self.catch_up_samples = 0
         self.reported = False
 
     async def open(self) -> None:
@@ -177,15 +184,30 @@ class Monitor:
             if self.enabled and now >= next_sample:
                 # the first sample, at the start, sees the server before any request of the
                 # run is in flight; the second comes 50 ms in, when the first requests are
-                # being served, so a run shorter than one interval is still seen at work
-                next_sample = now + (min(self.interval, 0.05) if first else self.interval)
-                first = False
+                # being served, so a run shorter than one interval is still seen at work;
+                # then, while requests are in flight and every sample so far showed an idle
+                # server, one every CATCH_UP_S until one catches the server at work
                 await self.sample()
+                if first:
+                    step = min(self.interval, 0.05)
+                elif self.catching_up(run):
+                    step = min(self.interval, CATCH_UP_S)
+                    self.catch_up_samples += 1
+                else:
+                    step = self.interval
+                next_sample = now + step
+                first = False
             if progress is not None and now >= next_report:
                 next_report = now + progress_interval
                 self.report(run, t0, progress)
             wait = min(tick, next_sample - time.perf_counter()) if self.enabled else tick
             await asyncio.sleep(max(0.0, wait))
+
+    def catching_up(self, run: Any) -> bool:
+        """Sample early? Requests are in flight, the gauges exist but no sample has caught
+        a request running or waiting yet, and the run's catch-up budget is not spent."""
+        return (self.busy_samples == 0 and self.catch_up_samples < CATCH_UP_MAX
+                and (getattr(run, "in_flight", 0) or 0) > 0)
 
     def report(self, run: Any, t0: float, progress: Callable[[Any], Any]) -> None:
         """Hand a :class:`Progress` to ``progress`` (its errors never end a run)."""
@@ -229,6 +251,7 @@ class Monitor:
             "gauge_busy_samples": self.busy_samples,
             "gauge_sample_errors": self.sample_errors,
             "gauge_sample_error": self.sample_error,
+            "gauge_catch_up_samples": self.catch_up_samples,
             "queue_time_mean": delta.histogram_mean("vllm:request_queue_time_seconds"),
             "prefill_time_mean": delta.histogram_mean("vllm:request_prefill_time_seconds"),
             "kv_cache_size_tokens": number(cfg.get("kv_cache_size_tokens")),
