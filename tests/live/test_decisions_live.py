@@ -78,8 +78,10 @@ def test_verdict(k3_verdict):
 
 def test_ab_hits_only_with_cache_on_and_light_load_keeps(pytester: pytest.Pytester,
                                                         testbed: Any,
-                                                        testbed_factory: Any) -> None:
+                                                        testbed_factory: Any,
+                                                        request: pytest.FixtureRequest) -> None:
     off = testbed_factory(args=("--no-enable-prefix-caching",))
+    request.addfinalizer(off.process.stop)  # not kept for the session (a 2-core CI host)
     pytester.makepyfile(test_ab=AB_AND_LIGHT_LOAD)
     # the cache-off server is given first: sides are told apart by their live config
     result = pytester.runpytest("--k3-endpoint", off.base_url, "--k3-endpoint",
