@@ -125,6 +125,33 @@ KNOWN_MISSES = {
                                                      "not shown, labelled before-loading",
     "h15b-club3090-5090-bench-kv-sizing-no-failure": "first contact: category right; phase "
                                                      "before-loading, labelled kv-sizing",
+    # its second pass (collectors C and D, the same way, measured once with round 15)
+    "h15c-openrlhf-raylet-worker-died-after-sleep-wake": (
+        "first contact: category right; phase not shown, labelled after-init"),
+    "h15c-k3s-helm-vllm-port-tcp-uri-int-parse": (
+        "first contact: unknown, labelled config"),
+    "h15c-gpustack-ray-placement-group-wait-node-not-joined": (
+        "first contact: unknown, labelled connection"),
+    "h15c-rocm-mi60-custom-ops-clean-build-missing-kernel": (
+        "first contact: unknown, labelled environment"),
+    "h15c-v0-sampler-illegal-memory-access-during-request": (
+        "first contact: category right; phase after-init, labelled serving"),
+    "h15c-k8s-cpu-image-v1-not-supported-device-cpu": (
+        "first contact: config, labelled environment"),
+    "h15d-mi308-deepseek-v3-v1-worker-busy-loop-after-kv-cut": (
+        "first contact: serving, labelled unknown"),
+    "h15d-v0-2023-offline-54k-prompts-stuck-after-gpu-blocks": (
+        "first contact: category right; phase kv-sizing, labelled after-init"),
+    "h15d-roll-qwenvl-ray-actor-died-sigkill-candidates": (
+        "first contact: unknown, labelled killed"),
+    "h15d-v02-p100-compute-capability-below-7-unsupported": (
+        "first contact: unknown, labelled environment"),
+    "h15d-orpheus-tts-colab-t4-bfloat16-dtype-valueerror": (
+        "first contact: unknown, labelled config"),
+    "h15d-specreason-serving-chat-max-context-8192-exceeded": (
+        "first contact: unknown, labelled config"),
+    "h15d-ascend-ms-swift-grpo-internvl3-validate-inputs-cut": (
+        "first contact: category right; phase not shown, labelled serving"),
 }
 
 
