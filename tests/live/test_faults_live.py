@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -30,14 +30,12 @@ STREAMS = 8  # sharing 2 cores, each stream needs over a minute: a client frozen
 
 
 @pytest.fixture(scope="module")
-def guarded(testbed_factory: Any) -> Iterator[Any]:
+def guarded(module_testbed_factory: Any) -> Any:
     """A real vLLM server that demands an API key and keeps no engine statistics."""
     # a long context: the kill test's streams must still be far from their end on a fast
     # machine (1,900 tokens were once all delivered before the kill came)
-    server = testbed_factory(args=("--api-key", KEY, "--disable-log-stats"),
-                             max_model_len=8192)
-    yield server
-    server.process.stop()
+    return module_testbed_factory(args=("--api-key", KEY, "--disable-log-stats"),
+                                  max_model_len=8192)
 
 
 def test_discovery_without_with_wrong_and_with_the_key(guarded: Any) -> None:

@@ -30,14 +30,12 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def hybrid(testbed_factory: Any) -> Any:
+def hybrid(module_testbed_factory: Any) -> Any:
     from pytest_k3accept.config.presets import load_preset
 
     server = load_preset("testbed-hybrid").server
-    srv = testbed_factory(variant="hybrid", kv_cache_bytes=server.kv_cache_bytes,
-                          max_model_len=server.max_model_len)
-    yield srv
-    srv.process.stop()  # not kept for the session: a live server loads a 2-core CI host
+    return module_testbed_factory(variant="hybrid", kv_cache_bytes=server.kv_cache_bytes,
+                                  max_model_len=server.max_model_len)
 
 
 def _set(base_url: str, prefix: int, context: int, requests: int, seed: int) -> Any:

@@ -36,12 +36,10 @@ KV_BYTES = 160 << 20
 
 
 @pytest.fixture(scope="module")
-def long_server(testbed_factory: Any) -> Any:
+def long_server(module_testbed_factory: Any) -> Any:
     """The ``long`` testbed model served with a 128K context."""
-    server = testbed_factory(variant="long", kv_cache_bytes=KV_BYTES,
-                             max_model_len=MAX_MODEL_LEN)
-    yield server
-    server.process.stop()  # not kept for the session: a live server loads a 2-core CI host
+    return module_testbed_factory(variant="long", kv_cache_bytes=KV_BYTES,
+                                  max_model_len=MAX_MODEL_LEN)
 
 
 def test_the_server_serves_the_long_context(long_server: Any) -> None:

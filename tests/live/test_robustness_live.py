@@ -11,7 +11,7 @@ out-of-range number gets a 400 (``top_k`` 2**63 is even accepted). The server st
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -38,11 +38,9 @@ def test_search_only(request):
 
 
 @pytest.fixture(scope="module")
-def fuzzed(testbed_factory: Any) -> Iterator[Any]:
+def fuzzed(module_testbed_factory: Any) -> Any:
     """A real vLLM server (with an API key) that only this module sends bad requests to."""
-    server = testbed_factory(args=("--api-key", KEY))
-    yield server
-    server.process.stop()
+    return module_testbed_factory(args=("--api-key", KEY))
 
 
 def test_robustness_marker_reports_vllms_real_500_minimally(

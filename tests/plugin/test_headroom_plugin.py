@@ -78,12 +78,10 @@ def test_light_load_passes_headroom_and_agent_set_decides_c6(pytester: pytest.Py
 
 
 @pytest.fixture(scope="module")
-def small_kv_server(testbed_factory: Callable[..., Any]) -> Any:
+def small_kv_server(module_testbed_factory: Callable[..., Any]) -> Any:
     """A testbed server with a 3,000,000-byte KV cache (started before pytester moves HOME,
     where the testbed lives)."""
-    server = testbed_factory(kv_cache_bytes=3_000_000, max_model_len=2048)
-    yield server
-    server.process.stop()  # not kept for the session: a live server loads a 2-core CI host
+    return module_testbed_factory(kv_cache_bytes=3_000_000, max_model_len=2048)
 
 
 @pytest.mark.live
