@@ -3,7 +3,8 @@
 Full scrapes (prometheus_client parser, ~30 ms for vLLM's page) happen only before and after
 the run, for counter deltas. During the run a background task reads just the KV-cache usage,
 running and waiting gauges with a line scan (~0.1 ms) every ``interval`` seconds and keeps
-their peaks. After the run the final scrape is repeated briefly until the server's
+their peaks (every :data:`CATCH_UP_S` while requests are in flight and no sample has yet caught
+the server at work, so a short run's requests do not all fall between samples). After the run the final scrape is repeated briefly until the server's
 ``vllm:request_success_total`` has caught up with the requests the runner saw succeed, so
 token counters are complete when they are compared.
 
