@@ -32,7 +32,7 @@ import httpx
 from . import untrusted as U
 from .auth import auth_headers
 from .faults import classify_exception, describe_exception, describe_proxy_answer, proxy_of
-from .transport import PostStream, raw_chunks
+from .transport import DirectResponse, PostStream, raw_chunks
 
 _timeout = getattr(asyncio, "timeout", None)
 
@@ -284,7 +284,8 @@ class K3Client:
                     res.ok = True
 
 
-async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, int | None]:
+async def _read_capped(resp: httpx.Response | DirectResponse, limit: int,
+                       ) -> tuple[bytes, int | None]:
     """Up to ``limit`` bytes of the body; ``total`` is None when it all fit, else the bytes
     seen before reading stopped (more than ``limit``)."""
     parts: list[bytes] = []

@@ -23,10 +23,15 @@ show up as TTFT. This transport keeps what a load generator needs and drops the 
   connection -> ``httpx.RemoteProtocolError``. :func:`pytest_k3accept.observe.endpoint.faults.classify_exception`
   reads that chain.
 
-:class:`PostStream` is the hot path's request: a pre-built ``httpx.Request`` (skipping
-``build_request``'s merging; the body encoded by :func:`bodies.encode_body`, a long prompt
-once per run) handed straight to this transport when the client has no auth,
-event hooks or proxy mounts (else ``client.send(stream=True)``), closed on exit.
+:class:`PostStream` is the hot path's request. When the client has no auth, event hooks or
+proxy mounts it goes straight to this transport's aiohttp session, with no httpx ``Request``
+or ``Response`` object (:meth:`LeanAiohttpTransport.post_direct`: the URL, headers and
+timeouts are worked out once per client and path, the body encoded by
+:func:`bodies.encode_body`, a long prompt once per run) and the answer is a
+:class:`DirectResponse`; otherwise it is a pre-built ``httpx.Request`` sent with
+``client.send(stream=True)``. Either way it is closed on exit. The two httpx objects and their
+header normalisation were ~35 us of client CPU per streamed request (py-spy at 8K tokens x 64
+streams, docs/benchmarks.md), a third of the runner's cost over raw aiohttp's there.
 """
 
 from __future__ import annotations
@@ -172,13 +177,43 @@ class _Body(httpx.AsyncByteStream):
         self._resp.release()
 
 
-def raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+class DirectResponse:
+    """An answer the hot path got straight from aiohttp (:meth:`LeanAiohttpTransport.post_direct`),
+    with the part of ``httpx.Response``'s interface the client reads: ``status_code``,
+    ``headers`` (aiohttp's case-insensitive multidict: ``.get("server")``), ``stream`` (the
+    raw body, see :func:`raw_chunks`), :meth:`aiter_bytes` and :meth:`aclose`."""
+
+    __slots__ = ("status_code", "headers", "stream", "_resp")
+
+    def __init__(self, resp: "aiohttp.ClientResponse") -> None:
+        self._resp = resp
+        self.status_code = resp.status
+        self.headers = resp.headers
+        self.stream = _Body(resp)
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body decoded as httpx decodes it: as sent when it has no ``Content-Encoding``
+        (the hot path asks for ``identity``), else through an ``httpx.Response`` (gzip,
+        deflate, br ... from a proxy that compresses anyway)."""
+        coding = self.headers.get("content-encoding", "").strip().lower()
+        if coding in ("", "identity"):
+            return self.stream.__aiter__()
+        return httpx.Response(self.status_code, headers=self._resp.raw_headers,
+                              stream=self.stream).aiter_bytes()
+
+    async def aclose(self) -> None:
+        """Back to the pool when fully read, else the connection is closed."""
+        self._resp.release()
+
+
+def raw_chunks(resp: httpx.Response | DirectResponse) -> AsyncIterator[bytes]:
     """The body's bytes as they arrive, undecoded: straight from this transport's stream
     when the response came from it (one generator layer less per chunk), else
     ``resp.aiter_raw()``."""
     stream = resp.stream
     if isinstance(stream, _Body):
         return stream.__aiter__()
+    assert isinstance(resp, httpx.Response)
     return resp.aiter_raw()
 
 
@@ -191,6 +226,9 @@ class LeanAiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
+        #: path -> (the client's raw headers, its Timeout and base URL objects, then the
+        #: parts post_direct sends): valid while those three are unchanged
+        self._direct: dict[str, tuple[Any, ...]] = {}
 
     def _make_session(self) -> "aiohttp.ClientSession":
         import aiohttp
@@ -224,6 +262,45 @@ class LeanAiohttpTransport(httpx.AsyncBaseTransport):
             if len(self._urls) < 1024:
                 self._urls[text] = found
         return found
+
+    def direct_parts(self, client: httpx.AsyncClient, path: str,
+                     ) -> tuple["URL", list[tuple[str, str]], "aiohttp.ClientTimeout"]:
+        """The URL, headers and timeouts :meth:`post_direct` sends a JSON POST to ``path``
+        with: those ``client.stream("POST", path, json=...)`` would send, plus
+        ``accept-encoding: identity``. Cached per path while the client's headers, timeout
+        and base URL stay the same objects and values."""
+        raw, timeout, base = client.headers.raw, client.timeout, client.base_url
+        hit = self._direct.get(path)
+        if hit is not None and hit[1] is timeout and hit[2] is base and hit[0] == raw:
+            return hit[3], hit[4], hit[5]
+        headers = [kv for kv in client.headers.multi_items() if kv[0] not in _OWN]
+        headers += [("content-type", "application/json"), ("accept-encoding", "identity")]
+        merged = _merge(base, path)
+        url = self._url(merged if isinstance(merged, httpx.URL) else httpx.URL(merged))
+        parts = (url, headers, self._timeout(timeout.as_dict()))
+        if len(self._direct) > 256:
+            self._direct.clear()
+        self._direct[path] = (raw, timeout, base, *parts)
+        return parts
+
+    async def post_direct(self, url: "URL", headers: list[tuple[str, str]], body: bytes,
+                          timeout: "aiohttp.ClientTimeout") -> DirectResponse:
+        """POST ``body`` on the aiohttp session (no httpx objects); errors mapped as for
+        :meth:`handle_async_request`."""
+        session = self._session
+        if session is None or session.closed:
+            session = self._session = self._make_session()
+        data: Any = separate_body(body) if len(body) >= SEPARATE_BODY else body
+        try:
+            resp = await session.request(
+                "POST", url, data=data or None, headers=headers, allow_redirects=False,
+                auto_decompress=False, compress=None, timeout=timeout)
+        except Exception as exc:
+            mapped = map_exception(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        return DirectResponse(resp)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` on the aiohttp session; the body streams as it arrives."""
@@ -290,29 +367,30 @@ class PostStream:
     streamed, closed on exit. Same headers, auth, base URL and timeouts as
     ``client.stream("POST", path, json=body)``, minus the per-request merging cost."""
 
-    __slots__ = ("_client", "_request", "_resp")
+    __slots__ = ("_client", "_path", "_body", "_resp")
 
     def __init__(self, client: httpx.AsyncClient, path: str, body: Any) -> None:
-        headers = [kv for kv in client.headers.multi_items() if kv[0] not in _OWN]
-        headers += [("content-type", "application/json"), ("accept-encoding", "identity")]
-        self._client = client
-        self._request = httpx.Request(
-            "POST", _merge(client.base_url, path),
-            content=encode_body(body), headers=headers,
-            extensions={"timeout": client.timeout.as_dict()})
-        self._resp: httpx.Response | None = None
+        self._client, self._path, self._body = client, path, body
+        self._resp: httpx.Response | DirectResponse | None = None
 
-    async def __aenter__(self) -> httpx.Response:
+    async def __aenter__(self) -> httpx.Response | DirectResponse:
         client = self._client
         transport = getattr(client, "_transport", None)
+        resp: httpx.Response | DirectResponse
         if (isinstance(transport, LeanAiohttpTransport) and not getattr(client, "_mounts", 1)
                 and client.auth is None and not any(client.event_hooks.values())):
-            # Straight to the transport: no auth, hooks, proxies or redirects to apply, and
-            # an LLM API sets no cookies; skips ~25 % of a streamed request's client CPU.
-            resp = await transport.handle_async_request(self._request)
-            resp.request = self._request
+            # Straight to the session: no auth, hooks, proxies or redirects to apply, and an
+            # LLM API sets no cookies
+            url, headers, timeout = transport.direct_parts(client, self._path)
+            resp = await transport.post_direct(url, headers, encode_body(self._body), timeout)
         else:
-            resp = await client.send(self._request, stream=True)
+            headers = [kv for kv in client.headers.multi_items() if kv[0] not in _OWN]
+            headers += [("content-type", "application/json"), ("accept-encoding", "identity")]
+            request = httpx.Request(
+                "POST", _merge(client.base_url, self._path),
+                content=encode_body(self._body), headers=headers,
+                extensions={"timeout": client.timeout.as_dict()})
+            resp = await client.send(request, stream=True)
         self._resp = resp
         return resp
 
