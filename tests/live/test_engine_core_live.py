@@ -1,5 +1,7 @@
 """The engine core frozen or killed while the API server lives, on a real vLLM 0.32 server:
-the ``VLLM::EngineCore`` child of the server process is signalled, never the API server.
+the ``VLLM::EngineCore`` child of the server process is signalled (SIGSTOP / SIGCONT with its
+own ``VLLM::Worker`` children, each seen stopped before the test goes on), never the API
+server.
 
 Seen here (and asserted): under SIGSTOP the API server keeps answering ``/health`` 200 and
 streams stop getting tokens until the client's silence bound ends them as ``timeout``;
@@ -39,11 +41,12 @@ LONG = LoadProfile(name="long-streams", context_tokens=64, output_tokens=6000,
 def server(testbed_factory: Any) -> Iterator[Any]:
     srv = testbed_factory(max_model_len=8192, timeout=900)  # a loaded VM starts slowly
     yield srv
-    for pid in enginecore.find(srv.process.pid):
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except OSError:
-            pass
+    for engine in enginecore.find(srv.process.pid):
+        for pid in _tree(engine):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
     srv.process.stop()
 
 
@@ -51,6 +54,55 @@ def _engine(server: Any) -> int:
     found = enginecore.find(server.process.pid)
     assert len(found) == 1, f"no single EngineCore child of {server.process.pid}: {found}"
     return found[0]
+
+
+def _tree(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid`` and its descendants (the engine core's ``VLLM::Worker`` children on 0.32)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir(proc):
+        if name.isdigit():
+            try:
+                with open(f"{proc}/{name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        cur = todo.pop()
+        found.append(cur)
+        todo.extend(children.get(cur, []))
+    return found
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``T``: stopped), ``gone`` when it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(b")") + 2:].split()[0].decode()
+
+
+def _signal(engine: int, sig: int) -> dict[int, str]:
+    """Send ``sig`` to the engine core and its children; after SIGSTOP wait (up to 10 s,
+    sending it again each second) until every one of them is seen stopped: the test's
+    premise is a frozen engine, so a stop that did not take is made to take (a CI run saw
+    three streams finish their 6000 tokens at the unstopped pace after a SIGSTOP). The
+    states seen last, by pid."""
+    pids = _tree(engine) if sig != signal.SIGKILL else [engine]
+    for pid in pids:
+        os.kill(pid, sig)
+    if sig == signal.SIGSTOP:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_state(p) not in ("T", "t") for p in pids):
+            time.sleep(1)
+            for pid in pids:
+                if _state(pid) not in ("T", "t", "gone"):
+                    os.kill(pid, sig)
+    return {pid: _state(pid) for pid in pids}
 
 
 def _health(server: Any) -> int | str:
@@ -63,30 +115,35 @@ def _health(server: Any) -> int | str:
 async def _run_with(server: Any, profile: LoadProfile, silence: float,
                     *signals: tuple[float, int]) -> Any:
     """Run ``profile`` with a client whose silence bound is ``silence`` s, sending each
-    signal to the engine core ``delay`` s after the previous one (and /health 1 s later)."""
+    signal to the engine core ``delay`` s after the previous one (and /health 1 s later):
+    the result, the /health answers and the process states seen after each signal."""
     ep = discover(server.base_url, timeout=60)
     engine = _engine(server)
     client = K3Client(ep.base_url, ep.model, timeout=silence)
     task = asyncio.create_task(run_load(client, None, profile, metrics=False))
     seen: list[Any] = []
+    states: list[dict[int, str]] = []
     for delay, sig in signals:
         await asyncio.sleep(delay)
-        os.kill(engine, sig)
+        states.append(await asyncio.to_thread(_signal, engine, sig))
         await asyncio.sleep(1)
         seen.append(await asyncio.to_thread(_health, server))
     try:
-        return await task, seen
+        return await task, seen, states
     finally:
         await client.aclose()
 
 
 def test_a_frozen_engine_core_ends_streams_at_the_silence_bound(server: Any) -> None:
     t0 = time.monotonic()
-    res, health = asyncio.run(_run_with(server, LONG, 20, (3, signal.SIGSTOP)))
+    res, health, states = asyncio.run(_run_with(server, LONG, 20, (3, signal.SIGSTOP)))
     took = time.monotonic() - t0
-    os.kill(_engine(server), signal.SIGCONT)
+    after = {pid: _state(pid) for pid in states[0]}
+    _signal(_engine(server), signal.SIGCONT)
+    assert set(states[0].values()) <= {"T", "t"}, states  # the premise: the engine is frozen
     assert health == [200]  # the API server answers while its engine is stopped
-    assert res.summary["errors_by_kind"]["timeout"] == LONG.requests, res.line()
+    assert res.summary["errors_by_kind"]["timeout"] == LONG.requests, (
+        res.line(), f"engine states after SIGSTOP {states[0]}, at the run's end {after}")
     for r in res.records:
         assert r.error.startswith(f"{FROZEN} 20 s while the API server answered /health 200: "
                                   "the engine core is frozen or stalled"), r.error
@@ -96,7 +153,7 @@ def test_a_frozen_engine_core_ends_streams_at_the_silence_bound(server: Any) -> 
 
 def test_sigcont_mid_run_is_recovered_from(server: Any) -> None:
     profile = LONG.replace("test", output_tokens=200)
-    res, health = asyncio.run(_run_with(server, profile, 120, (2, signal.SIGSTOP),
+    res, health, _ = asyncio.run(_run_with(server, profile, 120, (2, signal.SIGSTOP),
                                         (3, signal.SIGCONT)))
     assert health[0] == 200
     assert res.summary["ok"] == profile.requests, res.line()
@@ -106,7 +163,7 @@ def test_sigcont_mid_run_is_recovered_from(server: Any) -> None:
 def test_a_killed_engine_core_is_an_engine_death_with_its_phase(server: Any) -> None:
     profile = LONG
     t0 = time.monotonic()
-    res, health = asyncio.run(_run_with(server, profile, 60, (3, signal.SIGKILL)))
+    res, health, _ = asyncio.run(_run_with(server, profile, 60, (3, signal.SIGKILL)))
     assert time.monotonic() - t0 < 5 * 60
     assert health[0] in (503, "ConnectError"), health  # 503 while it lives, then gone
     assert res.summary["errors_by_kind"]["http-5xx"] == profile.requests, res.line()
