@@ -56,24 +56,9 @@ def _engine(server: Any) -> int:
     return found[0]
 
 
-def _tree(pid: int, proc: str = "/proc") -> list[int]:
+def _tree(pid: int) -> list[int]:
     """``pid`` and its descendants (the engine core's ``VLLM::Worker`` children on 0.32)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir(proc):
-        if name.isdigit():
-            try:
-                with open(f"{proc}/{name}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [pid]
-    while todo:
-        cur = todo.pop()
-        found.append(cur)
-        todo.extend(children.get(cur, []))
-    return found
+    return [pid, *enginecore.descendants(pid)]
 
 
 def _state(pid: int) -> str:

@@ -96,3 +96,6 @@ def test_the_engine_core_is_found_by_its_title(tmp_path: Path) -> None:
     assert enginecore.find(10, str(tmp_path)) == [11]
     assert enginecore.find(99, str(tmp_path)) == []
     assert enginecore.find(10, str(tmp_path / "missing")) == []
+    assert sorted(enginecore.descendants(10, str(tmp_path))) == [11, 12, 13]
+    assert enginecore.descendants(11, str(tmp_path)) == [12]  # the engine core's worker
+    assert enginecore.descendants(12, str(tmp_path)) == []

@@ -37,15 +37,14 @@ def killed_from_outside(errors: Iterable[Any], startup: Iterable[str]) -> bool:
     return engine_seen and bool(texts) and all(t.startswith("(APIServer") for t in texts)
 
 
-def find(server_pid: int, proc: str = "/proc") -> list[int]:
-    """Pids of the engine core processes among ``server_pid``'s descendants (by process
-    title / command line containing ``EngineCore``); empty when none or no ``/proc``."""
+def _tree(proc: str) -> tuple[dict[int, list[int]], dict[int, bytes]]:
+    """Children by parent pid and command lines by pid, read from ``proc`` (empty without it)."""
     children: dict[int, list[int]] = {}
     titles: dict[int, bytes] = {}
     try:
         names = [n for n in os.listdir(proc) if n.isdigit()]
     except OSError:
-        return []
+        return children, titles
     for name in names:
         try:
             with open(f"{proc}/{name}/stat", "rb") as fh:
@@ -56,10 +55,24 @@ def find(server_pid: int, proc: str = "/proc") -> list[int]:
             continue
         ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
         children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [server_pid]
+    return children, titles
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """Pids of ``pid``'s descendants (children first, then theirs); empty when none or no
+    ``/proc``. The engine core's own are its ``VLLM::Worker`` processes on vLLM 0.32."""
+    children, _ = _tree(proc)
+    found, todo = [], [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            todo.append(child)
-            if b"EngineCore" in titles.get(child, b""):
-                found.append(child)
-    return sorted(found)
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def find(server_pid: int, proc: str = "/proc") -> list[int]:
+    """Pids of the engine core processes among ``server_pid``'s descendants (by process
+    title / command line containing ``EngineCore``); empty when none or no ``/proc``."""
+    _, titles = _tree(proc)
+    return sorted(pid for pid in descendants(server_pid, proc)
+                  if b"EngineCore" in titles.get(pid, b""))
