@@ -550,3 +550,23 @@ def test_a_stop_shown_only_by_the_launchers_signal_handler_is_killed() -> None:
            "server.\n")
     cls = classify(log, exit_code=None, ended=True)
     assert (cls.category, cls.stage) == ("killed", "serving"), cls
+
+
+def test_a_placement_group_wait_is_evidence_only_past_100_s() -> None:
+    # Ray's executor logs its wait for the engine's GPUs at INFO, again and again (round 16)
+    def wait(s: int) -> str:
+        return ("(EngineCore_DP0 pid=89) INFO 04-20 17:26:54 [ray_utils.py:267] Waiting for "
+                f"creating a placement group of specs for {s} seconds. specs=[{{'GPU': 1.0}}]\n")
+    short = classify(wait(10) + wait(30), exit_code=None, ended=False)
+    assert short.category == "none" and short.stage == "before-loading", short.summary()
+    long = classify(wait(10) + wait(150), exit_code=1, ended=True)
+    assert long.category == "connection" and "150 seconds" in long.evidence[0].text
+    assert long.stage == "before-loading"
+
+
+def test_a_request_over_the_context_is_config_unless_handled_or_beside_a_cause() -> None:
+    refused = ("ERROR 05-08 21:27:27 [serving_chat.py:198] ValueError: This model's maximum "
+               "context length is 8192 tokens. However, you requested 8203 tokens.\n")
+    assert classify(refused, exit_code=None, ended=True).category == "config"
+    # the same refusal inside serving_chat's handled block is one request's 400: none
+    assert classify(HANDLED_BLOCK, exit_code=None, ended=True).category == "none"

@@ -101,41 +101,18 @@ KNOWN_MISSES = {
         "a graceful shutdown behind a pod-name prefix: not read as a stop"),
     "h14a-sfr-embedding-mistral-load-model-trace": (
         "category right; phase: load_model frames behind the engine's own not read as loading"),
-    "h14a-flashinfer-copy-blocks-notimplemented": (
-        "category right; phase: after-init, labelled serving"),
     "h14b-llama-swap-ttl-stop-vllm-docker-graceful-shutdown": (
         "category right; phase: the 200s before the stop not read as serving"),
-    # batch 15 (heldout-15), as round 15 first read it: held out, never read for a rule (the
-    # reasons are the answers, not a reading of the excerpts)
-    "h15b-tenstorrent-llama-vision-prefill-8k-dram-oom": "first contact: unknown, labelled "
-                                                         "serving-oom",
-    "h15b-rbln-npu-kv-blocks-lack-device-memory-k8s": "first contact: unknown, labelled "
-                                                      "kv-capacity-at-init",
+    # batch 15 (heldout-15), as round 15 first read it; round 16 read its misses and kept
+    # these (corpus README, "Round 16 rules": why each has no rule)
     "h15b-verl-npu-tp2-workerproc-exception-hccl-cut": "first contact: serving, labelled "
                                                        "unknown",
     "h15b-ascend-dp-ray-qwen3-235b-shm-broadcast-hang": "first contact: none, labelled "
                                                         "connection",
-    "h15b-tenstorrent-llama8b-nightly-dram-oom-no-phase": "first contact: none, labelled "
-                                                          "unknown",
-    "h15b-fastsafetensors-cufile-register-5016-load": "first contact: unknown, labelled "
-                                                      "loading",
-    "h15a-rocm-gfx1151-hip-invalid-device-function": "first contact: category right; phase "
-                                                     "not shown, labelled loading",
-    "h15a-kuberay-tp8pp2-ncclcomminitrank-internal": "first contact: category right; phase "
-                                                     "not shown, labelled before-loading",
     "h15b-club3090-5090-bench-kv-sizing-no-failure": "first contact: category right; phase "
                                                      "before-loading, labelled kv-sizing",
-    # its second pass (collectors C and D, the same way, measured once with round 15)
     "h15c-openrlhf-raylet-worker-died-after-sleep-wake": (
         "first contact: category right; phase not shown, labelled after-init"),
-    "h15c-k3s-helm-vllm-port-tcp-uri-int-parse": (
-        "first contact: unknown, labelled config"),
-    "h15c-gpustack-ray-placement-group-wait-node-not-joined": (
-        "first contact: unknown, labelled connection"),
-    "h15c-rocm-mi60-custom-ops-clean-build-missing-kernel": (
-        "first contact: unknown, labelled environment"),
-    "h15c-v0-sampler-illegal-memory-access-during-request": (
-        "first contact: category right; phase after-init, labelled serving"),
     "h15c-k8s-cpu-image-v1-not-supported-device-cpu": (
         "first contact: config, labelled environment"),
     "h15d-mi308-deepseek-v3-v1-worker-busy-loop-after-kv-cut": (
@@ -144,12 +121,6 @@ KNOWN_MISSES = {
         "first contact: category right; phase kv-sizing, labelled after-init"),
     "h15d-roll-qwenvl-ray-actor-died-sigkill-candidates": (
         "first contact: unknown, labelled killed"),
-    "h15d-v02-p100-compute-capability-below-7-unsupported": (
-        "first contact: unknown, labelled environment"),
-    "h15d-orpheus-tts-colab-t4-bfloat16-dtype-valueerror": (
-        "first contact: unknown, labelled config"),
-    "h15d-specreason-serving-chat-max-context-8192-exceeded": (
-        "first contact: unknown, labelled config"),
     "h15d-ascend-ms-swift-grpo-internvl3-validate-inputs-cut": (
         "first contact: category right; phase not shown, labelled serving"),
 }

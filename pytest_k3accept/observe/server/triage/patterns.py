@@ -93,7 +93,12 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"Error in inspecting model architecture|"
            # oneCCL (Intel XPU) cannot open the Level Zero devices' files (/dev/dri): the
            # process does not see the GPUs (round 14)
-           r"fill_device_fds: EXCEPTION: open failed")
+           r"fill_device_fds: EXCEPTION: open failed|"
+           # vLLM's _custom_ops, when vllm._C lacks an op the Python side calls: a build that
+           # does not match the install (round 16)
+           r"Please try a clean build and install of vllm|"
+           # vLLM's platform check of the GPU generation (round 16)
+           r"GPUs with compute capability below \d\.\d are not supported")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
@@ -133,7 +138,12 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            # for the following architectures: [...]"; round 15)
            r"NotImplementedError: .*\bis only supported (?:for|on|with)\b|"
            # the LoRA manager's check of an adapter against --max-lora-rank (round 14)
-           r"LoRA rank \d+ is greater than max_lora_rank \d+")
+           r"LoRA rank \d+ is greater than max_lora_rank \d+|"
+           # Kubernetes sets VLLM_PORT=tcp://IP:PORT for a Service named "vllm": vLLM's envs
+           # parse it as an int ("VLLM_PORT ... appears to be a URI" on newer releases;
+           # round 16)
+           r"invalid literal for int\(\) with base 10: '(?:tcp|udp)://|"
+           r"VLLM_PORT '[^']*' appears to be a URI")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -142,7 +152,10 @@ _KV = (r"To serve at least one request with the models?'?s max seq len|"
        # KV-capacity failure itself, whatever the error after it says (vllm-omni#469)
        r"Available KV cache memory: -\d|"
        # V0 (0.6-0.7) profiling: the same shortfall in its own words, then zero device blocks
-       r"memory reserved for KV Cache is -\d|# (?:GPU|cuda) blocks: 0\b")
+       r"memory reserved for KV Cache is -\d|# (?:GPU|cuda) blocks: 0\b|"
+       # vllm-rbln (Rebellions NPUs) sizing the KV cache at init, with its advice to lower
+       # --num-gpu-blocks-override (round 16)
+       r"Not enough memory for \d+ blocks of KV cache")
 _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              # the end of the Ray memory monitor's kill message (printed only when it killed
              # a worker): its documentation link and retry advice (lmm-r1#71)
@@ -157,7 +170,10 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"memory allocation failed with OOM on device|"
         # V0's scheduler, out of its CPU swap area when it preempts by swapping: the KV cache
         # was full while serving (tune-3's h2 and heldout-14's h14a read alike, round 15)
-        r"Aborted due to the lack of CPU swap space")
+        r"Aborted due to the lack of CPU swap space|"
+        # tt-metal's allocator (Tenstorrent's vLLM fork): a DRAM / L1 buffer that does not fit
+        # the device's banks (round 16)
+        r"Out of Memory: Not enough space to allocate \d+ B (?:DRAM|L1)")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
           # the fatal-signal banner of tvm_ffi (flashinfer's FFI, loaded by vLLM's CUDA
@@ -205,7 +221,10 @@ _INTERCONNECT = (
     r"has been marked dead because the detector has missed too many heartbeats|"
     # Ray's compiled graph (the V1 Ray executor's channel between the engine and its
     # workers) failing in its own channel code (round 13)
-    r"ray/experimental/channel/[\w/]+\.py\", line \d+, in \w+$")
+    r"ray/experimental/channel/[\w/]+\.py\", line \d+, in \w+$|"
+    # the Ray executor waiting for its placement group: the cluster cannot give the GPUs
+    # the engine asked for (round 16)
+    r"Waiting for creating a placement group of specs")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -236,6 +255,8 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
+          # V1's multiprocessing executor: a worker's init raised (its cause above it; round 16)
+          r"WorkerProc failed to start|"
           r"Engine core initialization failed|"
           # V0.1-0.2's async engine: its background task's done-callback re-raises
           r"Exception in callback _raise_exception_on_finish|"
@@ -270,12 +291,25 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     # reading the weights: the host cannot map a checkpoint file (safetensors' mmap, ENOMEM)
     ("load-oom", "loading", 1, re.compile(r"Failed to load model\W+not enough \w* ?memory|"
                                           r"unable to mmap \d+ bytes from file", _I)),
+    # ... or cannot register its buffers for GPUDirect Storage (the fastsafetensors loader's
+    # cuFile calls; round 16)
+    ("load-io", "loading", 1, re.compile(r"cuFile\w+ returned an error", _I)),
     ("driver-or-image", "environment", 1, re.compile(_DRIVER, _I)),
     ("kernel-image", "environment", 1, re.compile(_KERNEL_IMAGE, _I)),
     ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
     ("out-of-memory", "oom", 1, re.compile(_OOM, _I)),
     ("device-fault", "fault", 1, re.compile(_FAULT, _I)),
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
+    # tier 2, so that a failure of tier 1 beside them is the cause (round 16): the dtype check
+    # of the model config, bf16 asked of a GPU without it ("You can use float16 instead"),
+    # where a GPU too old for the release altogether (the platform's "compute capability
+    # below 7.0 are not supported") is the cause when both are there; and the OpenAI
+    # server refusing a prompt + max_tokens over --max-model-len, logged by serving_chat
+    # without the "Error in preprocessing" header that marks a handled request (HANDLED:
+    # that block stays none; the server's context is too small for the team's requests)
+    ("bad-arguments", "config", 2, re.compile(
+        r"Bfloat16 is only supported on GPUs with compute capability|"
+        r"This model's maximum context length is \d+ tokens\. However, you requested", _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
         # a library or JIT-built extension that cannot be loaded (ctypes / torch's dlopen:
@@ -335,7 +369,12 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
                             r"EngineCore: trigger received signal=SIG(?:TERM|INT)|"
                             # the launcher's signal handler; a wrapper's stop (_STOPPED)
                             r"Shutting down FastAPI HTTP server\.|"
-                            r"Detecting vLLM is not health, prepare to quit", _I)
+                            r"Detecting vLLM is not health, prepare to quit|"
+                            # Ray could not give the engine its GPUs for 100 s or more: a
+                            # cluster short of the resources asked (a shorter wait is a slow
+                            # start; round 16)
+                            r"Waiting for creating a placement group of specs for [1-9]\d{2,} "
+                            r"seconds", _I)
 #: where a line stops stating facts and starts guessing (Ray's "There are some potential root
 #: causes. (1) The process is killed by SIGKILL by OOM killer ...", CPython's "... possibly due
 #: to daemon threads"): the rules read only the text before it
@@ -365,8 +404,10 @@ STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected p
                      r"Found nccl from library|vLLM is using nccl==|"
                      # the Ray executor joining its cluster, before the workers start
                      r"Connect(?:ing|ed) to (?:existing )?Ray cluster|"
+                     # the Ray executor waiting for its workers' placement group (round 16)
+                     r"Waiting for creating a placement group of specs|"
                      # a worker's failure in the executor's init_device call (V0)
-                     r"(?:executing|processing) method init_device\b|"
+                     r"(?:executing|processing) method '?init_device\b|"
                      # the workers' distributed set-up (custom all-reduce, the message queue
                      # of the multiprocessing executor), before the weights (round 14)
                      r"Custom allreduce is disabled because|"
@@ -407,7 +448,9 @@ TRIGGERS = (
     "unexpected keyword", "missed too many heartbeats", "experimental/channel",
     "device function", "notimplementederror", "max_lora_rank", "in this architecture",
     "fill_device_fds", "fastapi http server", "not health", "shared object",
-    "only supported", "transport", "connect timeout", "received at time=")
+    "only supported", "transport", "connect timeout", "received at time=",
+    "invalid literal", "appears to be a uri", "bfloat16", "maximum context length",
+    "clean build", "compute capability", "placement group", "cufile")
 
 
 def may_match(text: str) -> bool:
@@ -446,6 +489,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     (LOADING, re.compile(r"Starting to load model|Loading (?:safetensors|pt) checkpoint shards|"
                          # the Run:ai model streamer's progress bar (round 14)
                          r"Loading safetensors using Runai Model Streamer|"
+                         # the fastsafetensors loader's progress bar (round 16)
+                         r"Loading safetensors using Fastsafetensor loader|"
                          r"Using model weights format|Loading weights with|"
                          # a checkpoint file being mapped: the weights are being read
                          r"unable to mmap \d+ bytes from file", _I)),
@@ -491,7 +536,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # steps (round 15)
                          r'\bself\.model_runner\.sample_tokens\(|'
                          r'\bself\._update_states_after_model_execute\(|'
-                         r'\bself\.execute_model\(execute_model_req=None\)', _I)),
+                         r'\bself\.execute_model\(execute_model_req=None\)|'
+                         # Tenstorrent's generator (tt_transformers) prefilling a request
+                         # (round 16)
+                         r'Prefilling User \d+ up to \d+ tokens', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
@@ -499,12 +547,12 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                             # V0: AsyncLLMEngine's background loop task (started after init)
                             # ended
                             r"Task finished unexpectedly", _I)),
-    (KV, re.compile(r"(?:executing|processing) method (?:initialize_cache|determine_num_available_"
+    (KV, re.compile(r"(?:executing|processing) method '?(?:initialize_cache|determine_num_available_"
                     r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
                     r"_model)", _I)),
     # init_device (the device, its memory check, the distributed setup) runs before load_model:
     # it shows nothing past "before loading"
-    (LOADING, re.compile(r"(?:executing|processing) method load_model", _I)),
+    (LOADING, re.compile(r"(?:executing|processing) method '?load_model", _I)),
     # V0's AsyncLLMEngine logs at ERROR only from its background loop (_log_task_completion,
     # run_engine_loop), which steps the engine only while requests are in flight
     (SERVING, re.compile(r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?async_llm_engine\.py:"
@@ -518,7 +566,9 @@ FRAME_STAGE: dict[str, int] = {
                      "awq_marlin_repack", "gptq_marlin_moe_repack",
                      "initialize_model", "_initialize_model", "weight_loader", "_load_model",
                      "load_model_weights",
-                     "safetensors_weights_iterator"),
+                     "safetensors_weights_iterator",
+                     # the rotary embedding's caches, built with the model's layers (round 16)
+                     "_compute_inv_freq", "_compute_cos_sin_cache"),
                     LOADING),
     **dict.fromkeys(("determine_num_available_blocks", "determine_available_memory",
                      "profile_run", "_dummy_run", "_dummy_sampler_run", "_initialize_kv_caches",
@@ -546,7 +596,7 @@ FRAME_STAGE: dict[str, int] = {
                      # V0's multi-step scheduling advances the decode batch on the GPU
                      # (--num-scheduler-steps > 1): only while requests decode (round 15)
                      "advance_step_flashattn", "advance_step", "_advance_step"), SERVING),
-    "run_asgi": AFTER_INIT,
+    "run_asgi": SERVING,
 }
 #: frames of what runs before the weights are read: argument and config parsing, the device
 #: and its distributed groups (V0 and V1 ``init_device``, NCCL / Gloo group creation), the
