@@ -570,3 +570,84 @@ def test_a_request_over_the_context_is_config_unless_handled_or_beside_a_cause()
     assert classify(refused, exit_code=None, ended=True).category == "config"
     # the same refusal inside serving_chat's handled block is one request's 400: none
     assert classify(HANDLED_BLOCK, exit_code=None, ended=True).category == "none"
+
+
+# round 17 (corpus README, "Round 17 rules"): each rule on lines of the shape it was read from
+
+def test_lines_whose_breaks_were_lost_are_split_at_the_repeated_process_tag() -> None:
+    from pytest_k3accept.observe.server.logread import split_lines
+    tag = "(VllmWorker rank=0 pid=234357) "
+    joined = (f"{tag}x = torch.frombuffer(b)"
+              f"{tag}ERROR 09-26 01:47:48 [multiproc_executor.py:546] WorkerProc hit an exception."
+              f"{tag}ERROR 09-26 01:47:48 [multiproc_executor.py:546] Traceback (most recent "
+              f"call last):")
+    pieces = [ln.text for ln in split_lines(joined)]
+    assert len(pieces) == 3 and all(p.startswith(tag) for p in pieces), pieces
+    assert {ln.lineno for ln in split_lines(joined)} == {1}  # one physical line
+    # nested prefixes and a tag named once are not breaks
+    for text in (f"{tag}{tag}INFO 09-26 01:47:48 [core.py:1] ok", f"{tag}INFO pid=1 ok"):
+        assert [ln.text for ln in split_lines(text)] == [text]
+
+
+def test_a_step_traceback_pasted_without_its_line_breaks_is_serving() -> None:
+    tag = "(VllmWorker rank=0 pid=234357) ERROR 09-26 01:47:48 [multiproc_executor.py:546] "
+    joined = "".join(tag + part for part in (
+        "WorkerProc hit an exception.", "Traceback (most recent call last):",
+        '  File "/vllm-workspace/vllm/vllm/v1/executor/multiproc_executor.py", line 541, in '
+        "worker_busy_loop", "    output = func(*args, **kwargs)",
+        '  File "/vllm-workspace/vllm-ascend/vllm_ascend/worker/worker_v1.py", line 207, in '
+        "execute_model", "    get_pp_group().send_tensor_dict(output.tensors,"))
+    got = classify(joined, exit_code=None, ended=True)
+    assert (got.category, got.stage) == ("serving", "serving"), got.summary()
+
+
+def test_a_native_libraries_error_lines_show_a_failure() -> None:
+    synapse = ("[19:08:34.164951][GC                    ][error][tid:44F8A] Failed to load tpc "
+               "kernel for node: TPC634, GUID: constant_bf16. Got error: GLUE_FAILED\n"
+               "[19:08:34.165033][SYN_API       ][error][tid:44F8A] synGraphCompile: "
+               "SYN_API_CALL failed status: 26[synFail].\n")
+    assert classify(synapse, exit_code=None, ended=True).category == "unknown"
+    assert classify(synapse.replace("[error]", "[info]"), exit_code=None,
+                    ended=True).category == "none"
+
+
+def test_the_source_line_under_a_frame_places_a_traceback_cut_after_it() -> None:
+    tag = "(Worker_TP1 pid=8317) ERROR 02-03 09:24:09 [multiproc_executor.py:743] "
+    head = tag + "WorkerProc failed to start.\n" + tag + "Traceback (most recent call last):\n"
+    frame = (tag + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/'
+             'multiproc_executor.py", line 555, in __init__\n')
+    got = classify(head + frame + tag + "    self.worker.load_model()\n[...]\n", ended=True)
+    assert (got.category, got.stage) == ("unknown", "loading"), got.summary()
+    # a call that is not under a frame (a source line quoted in prose) places nothing
+    got = classify(head + tag + "    self.worker.load_model()\n[...]\n", ended=True)
+    assert got.stage != "loading", got.summary()
+
+
+SLEEP_TB = ('Traceback (most recent call last):\n'
+            '  File "/usr/lib/python3.10/dist-packages/vllm/entrypoints/llm.py", line 1244, in '
+            'wake_up\n    self.llm_engine.wake_up()\n'
+            '  File "/usr/lib/python3.10/dist-packages/vllm/device_allocator/cumem.py", line 207,'
+            ' in wake_up\n    create_and_map(handle)\n')
+
+
+def test_sleep_modes_wake_up_is_after_init_and_no_requests_step() -> None:
+    oom = classify(SLEEP_TB + "RuntimeError: CUDA Error: out of memory at "
+                   "/workspace/csrc/cumem_allocator.cpp:62\n", ended=True)
+    assert (oom.category, oom.stage) == ("serving-oom", "after-init"), oom.summary()
+    cut = classify(SLEEP_TB + "[...]\n", ended=True)
+    assert (cut.category, cut.stage) == ("unknown", "after-init"), cut.summary()
+    # the same cut traceback through a V1 step is a failure while serving
+    step = SLEEP_TB.replace("entrypoints/llm.py", "v1/worker/gpu_worker.py").replace(
+        "in wake_up\n    self.llm", "in execute_model\n    self.llm", 1)
+    assert classify(step + "[...]\n", ended=True).category == "serving"
+
+
+def test_no_device_at_all_and_ascends_available_memory() -> None:
+    none = classify('  File "/x/vllm/config.py", line 484, in __init__\n'
+                    '    raise RuntimeError("No supported device detected.")\n'
+                    "RuntimeError: No supported device detected.\n", exit_code=1, ended=True)
+    assert (none.category, none.stage) == ("environment", "before-loading"), none.summary()
+    zero = classify("(Worker_TP2 pid=554) INFO 10-28 21:14:48 [worker_v1.py:259] Available "
+                    "memory: 0, total memory: 65452113920\n(EngineCore_DP0 pid=415) ERROR "
+                    "10-28 21:14:49 [core.py:708] EngineCore failed to start.\n", ended=True)
+    assert (zero.category, zero.stage) == ("unknown", "kv-sizing"), zero.summary()

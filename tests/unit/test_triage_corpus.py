@@ -47,10 +47,6 @@ KNOWN_MISSES = {
                                                               "(V1 logs it before processing "
                                                               "the weights), read as loaded",
     # batch 8 (tune-8), after round 9
-    "h8-servingoom-v0-mqllmengine-dead-500-prompt-logprobs": "category right; phase: the OOM "
-                                                             "is placed by the engine's death "
-                                                             "(after-init); the frame that "
-                                                             "shows a step is cut",
     "h8-serving-triton-ray-v0-task-finished-execute-model-cut": "category right; phase: 'Task "
                                                                 "finished unexpectedly' shows "
                                                                 "after-init, the serving frames "
@@ -123,22 +119,6 @@ KNOWN_MISSES = {
         "first contact: unknown, labelled killed"),
     "h15d-ascend-ms-swift-grpo-internvl3-validate-inputs-cut": (
         "first contact: category right; phase not shown, labelled serving"),
-    # batch 16 (heldout-16), as round 16 first read it: held out, never read for a rule (the
-    # reasons are the answers, not a reading of the excerpts)
-    "h16a-gaudi2-synapse-graph-compile-tpc-kernel": (
-        "first contact: none, labelled unknown"),
-    "h16a-ascend-v1-pp-send-tensor-hccl-cut": (
-        "first contact: unknown, labelled serving"),
-    "h16b-a800-72b-sleep-mode-wake-up-cumem-oom": (
-        "first contact: unknown, labelled serving-oom"),
-    "h16b-openrlhf-llmrayactor-no-supported-device": (
-        "first contact: unknown, labelled environment"),
-    "h16c-verl-wakeup-cumem-oom-cut-unknown": (
-        "first contact: category right; phase not shown, labelled after-init"),
-    "h16c-xpu-qwen3-30b-fp8-tp2-load-model-unknown": (
-        "first contact: category right; phase not shown, labelled loading"),
-    "h16d-ascend-qwen3next-available-memory-zero-cut": (
-        "first contact: category right; phase not shown, labelled kv-sizing"),
 }
 
 

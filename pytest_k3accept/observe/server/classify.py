@@ -382,8 +382,9 @@ def _without_log_evidence(scan: Scanner, exit_code: int | None, http: HttpObserv
                               "client-connection", "inferred", exit_code, notes, stage=key)
     if ended and exit_code is None and scan.tail and scan.tail[-1].lineno >= scan.last_activity:
         # a traceback after init (its message cut off): the engine failed while serving, cause
-        # not shown; before init the same tail could be any of loading, KV sizing or a bug
-        raised = stage >= AFTER_INIT and any(
+        # not shown; before init the same tail could be any of loading, KV sizing or a bug, and
+        # a traceback through sleep mode's wake_up is no request's step either (round 17)
+        raised = stage >= AFTER_INIT and not scan.waking and any(
             TRACEBACK.search(ln.text) or FRAME.match(unwrap(ln.text)) for ln in scan.tail)
         category = "serving" if raised else "unknown"
         return Classification(category, phase, tuple(_last_errors(scan)), ADVICE[category],

@@ -72,9 +72,31 @@ def clean(raw: bytes | str) -> str:
     return text
 
 
+#: a vLLM / Ray process tag at a line's start ("(VllmWorker rank=0 pid=234357) ")
+_TAG = re.compile(rb"\((?:[\w.=-]+ )*pid=\d+(?:, ip=[\d.]+)?\) ")
+
+
+def _unjoin(raw: bytes) -> list[bytes]:
+    """A line that starts with a process tag and holds the same tag again further on is
+    several lines whose breaks were lost (a log pasted where newlines were dropped,
+    vllm-ascend#3196: ``...uint8)(VllmWorker rank=0 pid=234357) ERROR ...``): split before
+    each repeat. A tag repeated right after itself (nested prefixes) is not a break."""
+    m = _TAG.match(raw)
+    if not m or raw.count(m.group(0)) < 2:
+        return [raw]
+    tag, cuts, at = m.group(0), [0], m.end()
+    while (at := raw.find(tag, at)) >= 0:
+        if at > cuts[-1] + len(tag) + 1:
+            cuts.append(at)
+        at += len(tag)
+    return [raw[a:b] for a, b in zip(cuts, cuts[1:] + [len(raw)])]
+
+
 def _pieces(raw: bytes) -> list[str]:
-    """A raw line without its newline -> the non-empty ``\\r``-separated pieces, cleaned."""
-    return [clean(p) for p in raw.rstrip(b"\r").split(b"\r") if p.strip()]
+    """A raw line without its newline -> the non-empty ``\\r``-separated pieces (and lines
+    whose breaks were lost, :func:`_unjoin`), cleaned."""
+    return [clean(q) for p in raw.rstrip(b"\r").split(b"\r") if p.strip()
+            for q in _unjoin(p) if q.strip()]
 
 
 def split_lines(text: str | bytes, *, start: int = 1, seen_at: float = 0.0) -> list[LogLine]:

@@ -98,7 +98,10 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            # does not match the install (round 16)
            r"Please try a clean build and install of vllm|"
            # vLLM's platform check of the GPU generation (round 16)
-           r"GPUs with compute capability below \d\.\d are not supported")
+           r"GPUs with compute capability below \d\.\d are not supported|"
+           # V0's DeviceConfig finds no platform at all (no CUDA / ROCm / NPU ... visible to
+           # the process, e.g. a Ray actor given no GPU; OpenRLHF#233, round 17)
+           r"No supported device detected")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
@@ -450,7 +453,7 @@ TRIGGERS = (
     "fill_device_fds", "fastapi http server", "not health", "shared object",
     "only supported", "transport", "connect timeout", "received at time=",
     "invalid literal", "appears to be a uri", "bfloat16", "maximum context length",
-    "clean build", "compute capability", "placement group", "cufile")
+    "clean build", "compute capability", "placement group", "cufile", "supported device")
 
 
 def may_match(text: str) -> bool:
@@ -499,7 +502,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
-                    r"warming up sampler with \d+ dummy requests", _I)),
+                    r"warming up sampler with \d+ dummy requests|"
+                    # vllm-ascend's V1 worker after its memory profile (determine_available_
+                    # memory): what is left for the KV cache (round 17)
+                    r"\bAvailable memory: -?\d+, total memory: \d+", _I)),
     (AFTER_INIT, re.compile(r"init engine \(profile|Starting vLLM (?:API )?server|Application "
                             r"startup complete|Uvicorn running on|Available routes are|"
                             r"Route: /v1/", _I)),
@@ -597,7 +603,25 @@ FRAME_STAGE: dict[str, int] = {
                      # (--num-scheduler-steps > 1): only while requests decode (round 15)
                      "advance_step_flashattn", "advance_step", "_advance_step"), SERVING),
     "run_asgi": SERVING,
+    # sleep mode (RL rollouts: verl, OpenRLHF): wake_up re-maps the memory of an engine that
+    # had finished its init and was put to sleep (LLM.wake_up -> executor -> worker ->
+    # CuMemAllocator.wake_up); not a request's step (round 17)
+    **dict.fromkeys(("wake_up",), AFTER_INIT),
 }
+#: the sleep-mode frames of FRAME_STAGE: a traceback they place, its message cut, is a failure
+#: after init that is no request's step (``unknown`` at "after init", not ``serving``)
+SLEEP_FRAMES = frozenset({"wake_up"})
+#: an error line of a native library's own logger, which vLLM's formatter did not write: Habana's
+#: hl_logger (the Synapse graph compiler on Gaudi: ``[19:08:34.164951][GC    ][error][tid:44F8A]
+#: Failed to load tpc kernel``) and spdlog's default (``[2024-01-01 12:00:00.000] [name]
+#: [error]``). Such a line is part of the failure's tail (a failure is shown, its cause is not
+#: recognised: ``unknown``), not a rule's evidence (round 17)
+NATIVE_ERROR = re.compile(r"^\[[\d:. -]{8,30}\]\s?\[[^\]]{1,40}\]\s?\[(?:error|critical|fatal)\]")
+#: the source line that a frame prints under itself calls the next frame: when that frame is
+#: cut (``File ".../multiproc_executor.py", line 555, in __init__`` / ``self.worker.load_model()``
+#: and then ``[...]``), the called method places the traceback as its frame would (round 17)
+SOURCE_CALL = re.compile(r"^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?"
+                         r"\s*(?:[\w.]+ = )?(?:return |await )?(?:\w+\.)+(\w+)\(")
 #: frames of what runs before the weights are read: argument and config parsing, the device
 #: and its distributed groups (V0 and V1 ``init_device``, NCCL / Gloo group creation), the
 #: executor's worker start. A traceback through one shows "before loading" (the scanner's

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from ..logread import LogLine
 from ..timeline import Timeline, log_level
-from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, DISPATCH_FRAMES, FAULT_FRAME, FRAME, FRAME_STAGE, HINTS, \
-    LOADING, NOT_EVIDENCE, PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, \
-    HANDLED, SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, \
+from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, DISPATCH_FRAMES, \
+    FAULT_FRAME, FRAME, FRAME_STAGE, HANDLED, HINTS, LOADING, NATIVE_ERROR, NOT_EVIDENCE, \
+    PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, SLEEP_FRAMES, SOURCE_CALL, \
+    SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, \
     wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
@@ -79,6 +80,8 @@ class Scanner:
     #: something showed the server at its start (a start line, a frame of BEFORE_FRAMES, a
     #: rule of BEFORE_RULES): "before loading" is then observed, not the default
     before_shown: bool = False
+    #: the latest traceback was placed by a sleep-mode frame (:data:`.patterns.SLEEP_FRAMES`)
+    waking: bool = False
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -98,7 +101,7 @@ class Scanner:
         self.tail.clear()
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
         self._cut = False
-        self.self_killed = self.started = self.before_shown = False
+        self.self_killed = self.started = self.before_shown = self.waking = False
         self.handled = None
 
     def shown(self) -> bool:
@@ -146,6 +149,8 @@ class Scanner:
         if not self.started and STARTED.search(text):
             self.started = True
         level = "INFO" if text.startswith(("INFO:", "DEBUG:")) else log_level(text)  # uvicorn
+        if level is None and NATIVE_ERROR.match(text):
+            level = "ERROR"
         if self.handled is not None:
             if f"[{self.handled}]" in text[:200]:
                 self._prev = text  # a request's own handled exception: no evidence
@@ -198,6 +203,7 @@ class Scanner:
         if TRACEBACK.search(text):
             self.settle()
             self._tb_stage = None
+            self.waking = False
             return
         if not self.before_shown and "line " in text:
             f = ANY_FRAME.search(text)
@@ -218,7 +224,16 @@ class Scanner:
                 return
             self._tb_dispatch = None
             self._tb_stage = FRAME_STAGE[m.group(1)]
+            self.waking = m.group(1) in SLEEP_FRAMES
             self._raise(self._tb_stage, framed=True)
+        elif not m and self._tb_stage is None and FRAME.match(self._prev):
+            call = SOURCE_CALL.match(text)  # the call to the next frame (patterns.SOURCE_CALL)
+            name = call.group(1) if call else ""
+            if name in FRAME_STAGE and name not in DISPATCH_FRAMES:
+                self._tb_dispatch = None
+                self._tb_stage = FRAME_STAGE[name]
+                self.waking = name in SLEEP_FRAMES
+                self._raise(self._tb_stage, framed=True)
         elif self._tb_dispatch is not None and EXCEPTION.search(text):
             self.settle()
 
