@@ -651,3 +651,116 @@ def test_no_device_at_all_and_ascends_available_memory() -> None:
                     "memory: 0, total memory: 65452113920\n(EngineCore_DP0 pid=415) ERROR "
                     "10-28 21:14:49 [core.py:708] EngineCore failed to start.\n", ended=True)
     assert (zero.category, zero.stage) == ("unknown", "kv-sizing"), zero.summary()
+
+
+# round 18 (corpus README, "Round 18 rules")
+
+def test_a_start_line_stamped_before_what_came_first_is_pasted_out_of_order() -> None:
+    kv = ("(EngineCore pid=92) INFO 07-08 15:38:03 [kv_cache_utils.py:2146] GPU KV cache size: "
+          "623,873 tokens\n")
+    args = "(APIServer pid=1) INFO {} [api_utils.py:273] non-default args: {{'model': 'm'}}\n"
+    pasted = classify(kv + args.format("07-07 19:59:04"), ended=True)
+    assert (pasted.category, pasted.stage) == ("none", "kv-sizing"), pasted.summary()
+    # stamped after: a restart, judged on its own (nothing shown since)
+    restart = classify(kv + args.format("07-08 16:00:00"), ended=True)
+    assert restart.stage == "before-loading", restart.summary()
+
+
+def test_an_oom_in_the_sampler_while_the_engine_fails_to_start_is_kv_sizing() -> None:
+    oom = ('  File "/x/vllm/v1/sample/ops/topk_topp_sampler.py", line 189, in apply_top_k_top_p\n'
+           "    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 298.00 MiB.\n")
+    start = ('  File "/x/vllm/v1/engine/utils.py", line 706, in launch_core_engines\n'
+             "    wait_for_engine_startup(\n")
+    got = classify(oom + start, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("kv-capacity-at-init", "kv-sizing"), got.summary()
+    # the same OOM with nothing about the start: loading / KV / serving cannot be told apart
+    assert classify(oom, exit_code=1, ended=True).category == "unknown"
+
+
+def test_a_timeout_after_shm_broadcasts_wait_is_a_connection() -> None:
+    wait = ("(EngineCore_DP0 pid=1) INFO 02-03 22:42:35 [shm_broadcast.py:542] No available "
+            "shared memory broadcast block found in 60 seconds. This typically happens when some "
+            "processes are hanging.\n")
+    died = ("(EngineCore_DP0 pid=1) ERROR 02-03 22:43:35 [core.py:968] EngineCore encountered a "
+            "fatal error.\n(EngineCore_DP0 pid=1) ERROR 02-03 22:43:35 [core.py:968] "
+            "TimeoutError\n")
+    got = classify(wait + died, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("connection", "serving"), got.summary()
+    assert classify(wait + wait, ended=False).category == "none"  # an idle worker's wait
+
+
+def test_a_progress_bar_that_lost_its_line_break_still_shows_its_stage() -> None:
+    log = ("Memory access fault by GPU node-5 (Agent handle: 0x460e3a50) on address "
+           "0x7ec4dfe0e000. Reason: Write access to a read-only page.\n"
+           "Capturing CUDA graphs (decode, FULL):  88%|####      | 45/51 [00:05<00:00,  "
+           "9.32it/s](Worker_TP0 pid=3098) DEBUG 02-24 02:39:34 [gpu_model_runner.py:4758] "
+           "ubatch_slices: None\n")
+    got = classify(log, ended=True)
+    assert (got.category, got.stage) == ("unknown", "kv-sizing"), got.summary()
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Worker failed with error 'vllm.vllm_flash_attn requires the CUDA flash "
+    "attention extensions (_vllm_fa2_C or _vllm_fa3_C). On ROCm, use upstream flash_attn.'",
+    "RuntimeError: Found Tesla P40 which is too old to be supported by the triton GPU "
+    "compiler, which is used as the backend.",
+    "NotImplementedError: Error in calling custom op rms_norm: Could not run '_C::rms_norm' "
+    "with arguments from the 'CUDA' backend.",
+    "WARNING 11-20 18:08:11 [_custom_ops.py:20] Failed to import from vllm._C with "
+    "ImportError('libcudart.so.12: cannot open shared object file: No such file or directory')",
+])
+def test_builds_without_this_devices_code_are_environment(line: str) -> None:
+    assert classify(line + "\n", exit_code=1, ended=True).category == "environment"
+
+
+def test_an_optional_library_missing_under_vllm_c_is_no_failure() -> None:
+    # vllm-ascend's release check runs fine with this warning (h16c-ascend-release-...)
+    warn = ("WARNING 08-05 11:16:06 [_custom_ops.py:20] Failed to import from vllm._C with "
+            "ImportError('libnuma.so.1: cannot open shared object file: No such file or "
+            "directory')\n")
+    assert classify(warn, ended=False).category == "none"
+
+
+def test_a_kv_connectors_lost_store_and_a_crashed_container() -> None:
+    lmcache = ("2026-04-17 14:52:34,143] LMCache ERROR: Put task failed for key "
+               "CacheEngineKey(model_name='m'): [Errno 32] Broken pipe (remote_backend.py:220)\n")
+    assert classify(lmcache, ended=True).category == "connection"
+    crashed = ("16:52:53 - Waiting for pods to be Ready (timeout=900s)\n16:53:24 - Crashed "
+               "container in pod: vllm-standalone-llama-3-1b-845945945-dljsw\n")
+    assert classify(crashed, ended=True).category == "unknown"
+
+
+@pytest.mark.parametrize("line, stage", [
+    ("(EngineCore_DP0 pid=344) ERROR 02-10 19:23:35 [tpu_offload_connector.py:2498] Error "
+     "gathering blocks for request cmpl-9cbf94ef9250316c-0: boom", "serving"),
+    ("INFO:vllm_omni.diffusion.diffusion_engine:Generation completed successfully.", "serving"),
+    ("INFO 09-30 14:31:52 habana_executor.py:87] # HPU blocks: 3184, # CPU blocks: 256",
+     "kv-sizing"),
+    ("Allocating TT kv caches for each layer (submesh 1):  69%|###  | 22/32", "kv-sizing"),
+    ("4100606 56.57   ray::WorkerDict.actor_rollout_generate_sequences", "serving"),
+    ("ERROR 07-21 16:17:42 [core.py:1197] EngineCore encountered a fatal error.", "serving"),
+])
+def test_round_18_stage_lines(line: str, stage: str) -> None:
+    assert classify(line + "\n", ended=False).stage == stage
+
+
+@pytest.mark.parametrize("frame, stage", [
+    ('  File "/x/vllm/v1/worker/worker_base.py", line 320, in initialize_from_config',
+     "kv-sizing"),
+    ('  File "/x/tpu_inference/offload/tpu_offload_connector.py", line 2490, in start_save_kv',
+     "serving"),
+    ('  File "/x/ray/dag/compiled_dag_node.py", line 2515, in _execute_until', "serving"),
+    ('  File "/x/torch/utils/_device.py", line 103, in __torch_function__', "loading"),
+])
+def test_round_18_frames(frame: str, stage: str) -> None:
+    got = classify("Traceback (most recent call last):\n" + frame + "\n    x = f()\n"
+                   "RuntimeError: NPU out of memory. Tried to allocate 52.00 MiB\n", ended=True)
+    assert got.stage == stage, got.summary()
+
+
+def test_a_v0_callback_wrapped_in_functools_partial_is_the_engine_loops_death() -> None:
+    log = ("ERROR:asyncio:Exception in callback functools.partial(<function "
+           "_raise_exception_on_finish at 0x7fd321802200>, error_callback=<bound method>)\n")
+    got = classify(log, ended=True)
+    assert (got.category, got.stage) == ("serving", "serving"), got.summary()

@@ -53,10 +53,6 @@ KNOWN_MISSES = {
                                                                 "are V0's ambiguous execute_model",
     # batch 10 (heldout-9): the phases round 10 got wrong at first contact (its five category
     # misses were read for round 11 and are right since)
-    "h10-unknown-xpu-llm-scaler-tp4-initialize-kv-cache-frames": "category right; phase: "
-                                                                 "initialize_from_config -> "
-                                                                 "initialize_kv_cache frames "
-                                                                 "not read for the stage",
     "h10-conn-v04-tritonserver-background-loop-nccl-watchdog": "category right; phase: "
                                                                "after-init, labelled serving "
                                                                "(Triton's 'Error generating "
@@ -64,9 +60,6 @@ KNOWN_MISSES = {
     "h10-serving-v064-h100-tp8-engine-process-died": "category right; phase: after-init (a 500 "
                                                      "written as a Markdown link), labelled "
                                                      "serving",
-    "h10-none-v1-nixl-prefill-expired-kv-blocks-warnings": "category right; phase: no stage "
-                                                           "read from warnings only, labelled "
-                                                           "serving",
     "h10-none-tpu-jax-qwen3-init-memory-statistics": "category right; phase: no stage read "
                                                      "from the JAX memory statistics, labelled "
                                                      "kv-sizing",
@@ -105,8 +98,6 @@ KNOWN_MISSES = {
                                                        "unknown",
     "h15b-ascend-dp-ray-qwen3-235b-shm-broadcast-hang": "first contact: none, labelled "
                                                         "connection",
-    "h15b-club3090-5090-bench-kv-sizing-no-failure": "first contact: category right; phase "
-                                                     "before-loading, labelled kv-sizing",
     "h15c-openrlhf-raylet-worker-died-after-sleep-wake": (
         "first contact: category right; phase not shown, labelled after-init"),
     "h15c-k8s-cpu-image-v1-not-supported-device-cpu": (
@@ -119,54 +110,12 @@ KNOWN_MISSES = {
         "first contact: unknown, labelled killed"),
     "h15d-ascend-ms-swift-grpo-internvl3-validate-inputs-cut": (
         "first contact: category right; phase not shown, labelled serving"),
-    # batch 17 (heldout-17), as round 17 first read it: held out, never read for a rule (the
-    # reasons are the answers, not a reading of the excerpts)
-    "h17a-lookalike-kvsizing-healthy-2x3090-256k-bench": (
-        "first contact: category right; phase before-loading, labelled kv-sizing"),
-    "h17a-kvinit-sampler-warmup-oom-24g-qwen3-v1": (
-        "first contact: unknown, labelled kv-capacity-at-init"),
-    "h17b-hostoom-ray-verl-dapo-rollout": (
-        "first contact: category right; phase not shown, labelled serving"),
-    "h17b-hostoom-ray-verl-qwen3vl-grpo-step116": (
-        "first contact: category right; phase not shown, labelled serving"),
-    "h17b-unknown-ascend-a2-qwen3next-kvalloc-oomcut": (
-        "first contact: serving, labelled unknown"),
-    "h17b-kvinit-tenstorrent-n150-llama8b-accuracy-dram": (
-        "first contact: unknown, labelled kv-capacity-at-init"),
-    "h17b-none-gaudi2-hpu-kvcache-alloc-healthy": (
-        "first contact: category right; phase not shown, labelled kv-sizing"),
-    "h17b-loading-ascend-omni-wan22-a14b-workerinit": (
-        "first contact: unknown, labelled loading"),
-    "h17b-connection-prodstack-lmcache-put-brokenpipe-cacheserver-oomkilled": (
-        "first contact: none, labelled connection"),
-    "h17b-servingoom-tpu-offloadconnector-hbm0-gather-blocks": (
-        "first contact: unknown, labelled serving-oom"),
-    "h17c-connection-v016rc1-h100-tp2-shm-timeout-ci": (
-        "first contact: serving, labelled connection"),
+    # batch 17 (heldout-17), as round 17 first read it; round 18 read its misses and kept
+    # these (corpus README, "Round 18 rules": why each has no rule)
     "h17c-unknown-mineru-enginecore-died-unexpectedly": (
         "first contact: serving, labelled unknown"),
-    "h17c-serving-v043-asyncengine-loop-callback": (
-        "first contact: unknown, labelled serving"),
-    "h17c-connection-v091-ray-cgraph-timeout-multinode": (
-        "first contact: category right; phase not shown, labelled serving"),
-    "h17c-none-lookalike-omni-idle-shm-broadcast-info": (
-        "first contact: category right; phase not shown, labelled serving"),
-    "h17c-connection-ascend-v023rc1-glm52-c8-rpc-dequeue": (
-        "first contact: category right; phase not shown, labelled serving"),
     "h17c-connection-msswift-vllm-batch-nccl-heartbeat": (
         "first contact: category right; phase not shown, labelled serving"),
-    "h17c-unknown-rocm-v016rc2-memfault-during-graph-capture": (
-        "first contact: category right; phase not shown, labelled kv-sizing"),
-    "h17d-env-2080ti-fork-qwen3vl-vit-fa2-extension-missing": (
-        "first contact: unknown, labelled environment"),
-    "h17d-env-p40-pascal-fork-triton-too-old-cc61": (
-        "first contact: unknown, labelled environment"),
-    "h17d-unknown-gke-h100-llmd-bench-standalone-pod-crash-30s": (
-        "first contact: none, labelled unknown"),
-    "h17d-env-rocm-host-cuda-wheel-libcudart-missing-unspecified-platform": (
-        "first contact: unknown, labelled environment"),
-    "h17d-env-cuda-gpu-cpu-only-c-ext-rms-norm-not-registered": (
-        "first contact: unknown, labelled environment"),
 }
 
 

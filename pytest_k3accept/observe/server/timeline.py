@@ -173,7 +173,12 @@ class Timeline:
 
     events: dict[str, Event] = field(default_factory=dict)
     earlier_starts: int = 0
+    #: start lines stamped before events already seen, with no version banner just above them:
+    #: parts of one log pasted out of order (a report template that puts the launch arguments
+    #: after the KV sizing), not a restart
+    out_of_order_starts: int = 0
     start_lineno: int = 1
+    _banner_lineno: int = field(default=-100, repr=False)  # the last version banner line
     vllm_version: str | None = None
     kv_memory_gib: float | None = None
 
@@ -207,6 +212,15 @@ class Timeline:
 
     def _hit(self, key: str, m: re.Match[str], line: LogLine) -> None:
         if key == "process_start" and self.events.keys() - {"process_start"}:
+            stamp = line_time(line.text, line.seen_at)
+            seen = [ev.at for ev in self.events.values()
+                    if ev.at is not None and ev.source.startswith("log timestamp")]
+            if stamp is not None and seen and stamp < max(seen) - 1.0 and \
+                    line.lineno - self._banner_lineno > 5:
+                # a lone start line (no version banner just above it, which a real start
+                # prints first) stamped before what came already: pasted out of order
+                self.out_of_order_starts += 1  # (round 18)
+                return
             self.earlier_starts += 1  # a new start: forget the previous one
             self.events = {}
             self.start_lineno = line.lineno
@@ -255,6 +269,8 @@ class Timeline:
         if m:
             self.kv_memory_gib = _number(m.group(1) or m.group(2))
         m = _VERSION.search(line.text)
+        if m:
+            self._banner_lineno = line.lineno
         if m and self.vllm_version is None:
             self.vllm_version = m.group(1)
 

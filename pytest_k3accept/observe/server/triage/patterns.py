@@ -111,7 +111,15 @@ _KERNEL_IMAGE = (r"no kernel image is available|HIP error: invalid device functi
                  r"cannot find -lcuda\b|"
                  # Triton compiling an FP8 kernel for a GPU without that type (fp8e4nv needs
                  # sm_89+: an A100 is sm_80; round 14)
-                 r"type fp8\w+ not supported in this architecture")
+                 r"type fp8\w+ not supported in this architecture|"
+                 # vLLM's flash-attention wrapper on a build without its CUDA extensions
+                 # (a fork or wheel built without them; round 18)
+                 r"requires the CUDA flash attention extensions|"
+                 # Inductor's Triton backend on a GPU below compute capability 7.0 (round 18)
+                 r"too old to be supported by the triton GPU compiler|"
+                 # vLLM's own ops (_C, _moe_C, _rocm_C ...) built without kernels for this
+                 # device: a CPU build on a CUDA machine (round 18)
+                 r"Could not run '_(?:\w+_)?C::\w+' with arguments from the '\w+' backend")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -227,7 +235,11 @@ _INTERCONNECT = (
     r"ray/experimental/channel/[\w/]+\.py\", line \d+, in \w+$|"
     # the Ray executor waiting for its placement group: the cluster cannot give the GPUs
     # the engine asked for (round 16)
-    r"Waiting for creating a placement group of specs")
+    r"Waiting for creating a placement group of specs|"
+    # a KV connector's remote store gone (LMCache's remote backend, Mooncake): the cache
+    # server's socket closed or refused (round 18)
+    r"\b(?:LMCache|Mooncake\w*)\b.{0,40}\bERROR\b.*\b(?:Broken pipe|Connection (?:refused|"
+    r"reset))")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -262,7 +274,7 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"WorkerProc failed to start|"
           r"Engine core initialization failed|"
           # V0.1-0.2's async engine: its background task's done-callback re-raises
-          r"Exception in callback _raise_exception_on_finish|"
+          r"Exception in callback (?:functools\.partial\(<function )?_raise_exception_on_finish|"
           # V1: a worker process raised; the executor then kills its own process tree
           r"got fatal signal from worker processes|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
@@ -324,7 +336,12 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"^No module named '[\w.]+'\s*$|"
         # vllm-ascend's platform plugin prints this when torch_npu cannot be imported (a
         # CANN / torch_npu install that does not match; round 12)
-        r"^Failed to import torch_npu\b", _I)),
+        r"^Failed to import torch_npu\b|"
+        # a CUDA build's vllm._C whose CUDA runtime library is missing (a CUDA wheel on a
+        # ROCm or CPU-only machine; round 18); other libraries it may miss (libnuma) are
+        # optional
+        r"Failed to import from vllm\._C with ImportError\('libcudart\.so[.\d]*: cannot open "
+        r"shared object file", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     # torch.cuda.mem_get_info raised: the runtime cannot even query the device's memory
     # (cudaMemGetInfo / hipMemGetInfo fail only when no context can be made on the device:
@@ -363,7 +380,10 @@ NOT_EVIDENCE = re.compile(r"(?:^|\]\s+)raise \w+\(\s*$|"  # source of a tracebac
 #: they were built for another torch (WARNING "Failed to import from vllm._C with
 #: ImportError('... undefined symbol ...')"; a missing module, as on TPU builds, is not)
 QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to import from vllm\._C "
-                            r"with ImportError\(.*(?:undefined symbol|Symbol not found)|"
+                            r"with ImportError\(.*(?:undefined symbol|Symbol not found|"
+                            # the CUDA runtime itself (a CUDA wheel on a machine without it); an
+                            # optional library (libnuma on Ascend) is no failure (round 18)
+                            r"libcudart\.so[.\d]*: cannot open shared object file)|"
                             r"Available KV cache memory: -\d|memory reserved for KV Cache is -\d|"
                             r"# (?:GPU|cuda) blocks: 0\b|"
                             # V1 0.32: a worker that got SystemExit with no shutdown requested
@@ -453,7 +473,9 @@ TRIGGERS = (
     "fill_device_fds", "fastapi http server", "not health", "shared object",
     "only supported", "transport", "connect timeout", "received at time=",
     "invalid literal", "appears to be a uri", "bfloat16", "maximum context length",
-    "clean build", "compute capability", "placement group", "cufile", "supported device")
+    "clean build", "compute capability", "placement group", "cufile", "supported device",
+    "flash attention extensions", "too old", "could not run", "lmcache", "mooncake",
+    "exception in callback")
 
 
 def may_match(text: str) -> bool:
@@ -470,7 +492,10 @@ FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+
 BUILD_FRAME = re.compile(r'File "[^"]*(?:vllm/model_executor/(?:models|layers|parallel_utils)|'
                          # vllm-omni's diffusion and stage models (round 14)
                          r'vllm_omni/(?:\w+/)?models)/'
-                         r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
+                         r'[^"]*", line \d+, in (?:__init__|<listcomp>)$|'
+                         # a tensor made under ``with torch.device(...)``: the model loader
+                         # builds the model in that mode (round 18)
+                         r'torch/utils/_device\.py", line \d+, in __torch_function__$')
 #: V1's workers and executors run ``execute_model`` / ``sample_tokens`` only to step scheduled
 #: requests (their profile and warm-up runs call ``_dummy_run``), so such a frame is serving;
 #: V0's ``execute_model`` also runs in the profile run and stays unplaced
@@ -498,7 +523,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # a checkpoint file being mapped: the weights are being read
                          r"unable to mmap \d+ bytes from file", _I)),
     (KV, re.compile(r"Loading (?:model )?weights took|Model loading took|Available KV cache "
-                    r"memory|Memory profiling|# ?(?:GPU|cuda) blocks:|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
+                    r"memory|Memory profiling|# ?(?:GPU|cuda|HPU|NPU|XPU) blocks:|"
+                    # Gaudi's worker and Tenstorrent's generator allocating the KV cache
+                    # (round 18)
+                    r"Initializing cache engine took|Allocating TT kv caches|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
@@ -525,8 +553,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # an API error answer that names its request: one was in flight
                          # (vLLM's request ids; vllm-omni's client print, round 14)
                          r'[\'"]request_id[\'"]: [\'"](?:chatcmpl|cmpl)-|'
-                         r'Exception in callback (?:_log_task_completion|'
-                         r'_raise_exception_on_finish)|'
+                         r'Exception in callback (?:functools\.partial\(<function )?'
+                         r'(?:_log_task_completion|_raise_exception_on_finish)|'
                          # V1 sends execute_model to its workers only to step requests
                          r'RPC call to execute_model timed out|'
                          r'File "[^"]*(?:guided_decoding|xgrammar)|'
@@ -545,7 +573,18 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'\bself\.execute_model\(execute_model_req=None\)|'
                          # Tenstorrent's generator (tt_transformers) prefilling a request
                          # (round 16)
-                         r'Prefilling User \d+ up to \d+ tokens', _I)),
+                         r'Prefilling User \d+ up to \d+ tokens|'
+                         # a connector's or the engine's own line about one request by its
+                         # OpenAI id (round 18: tpu-inference's KV offload)
+                         r'\bfor request (?:chat)?cmpl-[\w-]+|'
+                         # vllm-omni's diffusion engine finishing a request (round 18)
+                         r'Generation completed successfully|Prepared \d+ requests for '
+                         r'generation|'
+                         # verl: Ray's memory table names a rollout worker generating, and
+                         # the trainer's progress bar past step 0 (each step rolls out through
+                         # the engine; round 18)
+                         r'^\d+\s+[\d.]+\s+ray::WorkerDict\.actor_rollout_generate_sequences\b|'
+                         r'Training Progress:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
@@ -553,6 +592,10 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                             # V0: AsyncLLMEngine's background loop task (started after init)
                             # ended
                             r"Task finished unexpectedly", _I)),
+    # V1's run_engine_core logs this only once the engine core was built and its busy loop
+    # ran ("EngineCore failed to start" before that), where only a step raises: a utility
+    # call's exception (sleep, wake_up, add_lora) goes back to its caller (round 18)
+    (SERVING, re.compile(r"EngineCore encountered a fatal error", _I)),
     (KV, re.compile(r"(?:executing|processing) method '?(?:initialize_cache|determine_num_available_"
                     r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
                     r"_model)", _I)),
@@ -607,6 +650,11 @@ FRAME_STAGE: dict[str, int] = {
     # had finished its init and was put to sleep (LLM.wake_up -> executor -> worker ->
     # CuMemAllocator.wake_up); not a request's step (round 17)
     **dict.fromkeys(("wake_up",), AFTER_INIT),
+    # V1's worker allocating the KV cache it was told to (round 18)
+    "initialize_from_config": KV,
+    # a KV connector saving a request's blocks (tpu-inference's offload) and Ray's compiled
+    # graph, which runs only the engine's steps (round 18)
+    **dict.fromkeys(("start_save_kv", "_execute_until"), SERVING),
 }
 #: the sleep-mode frames of FRAME_STAGE: a traceback they place, its message cut, is a failure
 #: after init that is no request's step (``unknown`` at "after init", not ``serving``)
@@ -616,7 +664,22 @@ SLEEP_FRAMES = frozenset({"wake_up"})
 #: Failed to load tpc kernel``) and spdlog's default (``[2024-01-01 12:00:00.000] [name]
 #: [error]``). Such a line is part of the failure's tail (a failure is shown, its cause is not
 #: recognised: ``unknown``), not a rule's evidence (round 17)
-NATIVE_ERROR = re.compile(r"^\[[\d:. -]{8,30}\]\s?\[[^\]]{1,40}\]\s?\[(?:error|critical|fatal)\]")
+NATIVE_ERROR = re.compile(r"^\[[\d:. -]{8,30}\]\s?\[[^\]]{1,40}\]\s?\[(?:error|critical|fatal)\]|"
+                          # a deployment harness or Kubernetes reporting the server's container
+                          # crashed (llm-d-benchmark; kubectl's pod states; round 18)
+                          r"^.{0,120}?(?:Crashed container in pod|\bCrashLoopBackOff\b|"
+                          r"Back-off restarting failed container)")
+#: frames of the sampler (V1's ``vllm/v1/sample``, V0's ``layers/sampler.py``): before init is
+#: done it runs only in the profile / warm-up run that sizes the KV cache (``_dummy_sampler_run``)
+SAMPLER_FRAME = re.compile(r'File "[^"]*vllm/(?:v1/sample/|model_executor/layers/sampler\.py)')
+#: the engine's start failed (the front end waiting for it, or the engine's own words): the
+#: server never finished init (round 18)
+STARTUP_FAILED = re.compile(r'", line \d+, in (?:launch_core_engines|wait_for_engine_startup)$|'
+                            r"Engine core initialization failed|EngineCore failed to start")
+#: vLLM's shm_broadcast waiting for a reader (INFO, every 60 s): no failure alone (an idle
+#: worker logs it too), but a ``TimeoutError`` after it is that wait running out (round 18)
+SHM_WAIT = re.compile(r"No available shared memory broadcast block found in \d+ s")
+RPC_TIMEOUT = re.compile(r"(?:^|\]\s+)TimeoutError(?::|\s*$)")
 #: the source line that a frame prints under itself calls the next frame: when that frame is
 #: cut (``File ".../multiproc_executor.py", line 555, in __init__`` / ``self.worker.load_model()``
 #: and then ``[...]``), the called method places the traceback as its frame would (round 17)

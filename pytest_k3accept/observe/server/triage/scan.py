@@ -20,7 +20,8 @@ from ..logread import LogLine
 from ..timeline import Timeline, log_level
 from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, DISPATCH_FRAMES, \
     FAULT_FRAME, FRAME, FRAME_STAGE, HANDLED, HINTS, LOADING, NATIVE_ERROR, NOT_EVIDENCE, \
-    PROCESS_START, QUIET_EVIDENCE, RULES, SELF_KILL, SERVING, SLEEP_FRAMES, SOURCE_CALL, \
+    PROCESS_START, QUIET_EVIDENCE, RPC_TIMEOUT, RULES, SAMPLER_FRAME, SELF_KILL, SERVING, SHM_WAIT, \
+    SLEEP_FRAMES, SOURCE_CALL, STARTUP_FAILED, \
     SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, \
     wrapped_match
 
@@ -82,6 +83,11 @@ class Scanner:
     before_shown: bool = False
     #: the latest traceback was placed by a sleep-mode frame (:data:`.patterns.SLEEP_FRAMES`)
     waking: bool = False
+    #: a sampler frame was seen (:data:`.patterns.SAMPLER_FRAME`), and the engine's start failed
+    #: (:data:`.patterns.STARTUP_FAILED`): together, an OOM in the sampler is the KV-sizing run's
+    sampler_frame: bool = False
+    startup_failed: bool = False
+    _shm_wait: int | None = None  # the order of the last shm_broadcast wait line (SHM_WAIT)
     _order: int = 0
     _tb_stage: int | None = None
     _tb_dispatch: int | None = None  # the stage of a dispatching frame, until one inside it
@@ -102,6 +108,8 @@ class Scanner:
         self.stage, self.lines, self._tb_stage, self._tb_dispatch = 0, 0, None, None
         self._cut = False
         self.self_killed = self.started = self.before_shown = self.waking = False
+        self.sampler_frame = self.startup_failed = False
+        self._shm_wait = None
         self.handled = None
 
     def shown(self) -> bool:
@@ -129,13 +137,20 @@ class Scanner:
             if line.lineno < self.timeline.start_lineno:
                 return
         else:
-            before = self.timeline.earlier_starts
+            before, pasted = self.timeline.earlier_starts, self.timeline.out_of_order_starts
             self.timeline.feed(line)
             if self.timeline.earlier_starts != before or (
-                    (self.stage or self.hits) and PROCESS_START.search(line.text)):
+                    (self.stage or self.hits) and PROCESS_START.search(line.text)
+                    and self.timeline.out_of_order_starts == pasted):
                 self._reset()  # a new start: what came before is another process's
         self.lines += 1
         text = unwrap(line.text)
+        dropped = line.text[:len(line.text) - len(text)]
+        if len(dropped) > 40:
+            # what unwrap cut before vLLM's own line can be another line whose break was lost
+            # (a progress bar's last "\r" update: "Capturing CUDA graphs ... 45/51
+            # [...](Worker_TP0 pid=1) DEBUG ..."): its stage counts (round 18)
+            self._stage_hints(dropped)
         if not self.vllm_lines and _VLLM_LIKE.search(text):
             self.vllm_lines = 1  # only "none at all" matters
         if CUT.match(text):
@@ -173,6 +188,8 @@ class Scanner:
             self.tail.append(line)
         elif level in _QUIET and not QUIET_EVIDENCE.search(text):
             self.last_activity = line.lineno
+            if SHM_WAIT.search(text):
+                self._shm_wait = self._order
         elif not NOT_EVIDENCE.search(text):
             self._rules(line, text)
             if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text) \
@@ -196,10 +213,15 @@ class Scanner:
                     hit.cut = False
                 hit.stage = stage
 
-    def _hints(self, text: str) -> None:
+    def _stage_hints(self, text: str) -> None:
         for stage, pat in HINTS:
             if stage > self.stage and pat.search(text):
                 self._raise(stage)
+
+    def _hints(self, text: str) -> None:
+        self._stage_hints(text)
+        if STARTUP_FAILED.search(text):
+            self.startup_failed = True
         if TRACEBACK.search(text):
             self.settle()
             self._tb_stage = None
@@ -210,6 +232,8 @@ class Scanner:
             if f and f.group(1) in BEFORE_FRAMES:
                 self.before_shown = True
         m = FRAME.match(text)
+        if m and SAMPLER_FRAME.search(text):
+            self.sampler_frame = True
         built: int | None = None
         if m and m.group(1) and self._tb_stage is None and m.group(1) not in FRAME_STAGE:
             built = LOADING if BUILD_FRAME.search(text) else \
@@ -255,6 +279,13 @@ class Scanner:
             return
         if SELF_KILL.search(text):
             self.self_killed = True
+        if self._shm_wait is not None and self._order - self._shm_wait <= 400 and \
+                RPC_TIMEOUT.search(text):
+            # the reader that shm_broadcast was waiting for never came (patterns.SHM_WAIT)
+            hit = Hit("interconnect", "connection", 2, self._order, line, text, self.stage,
+                      self._cut)
+            (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
+            return
         for rule, kind, tier, pat in RULES:
             if pat.search(text) or (wrapped and wrapped_match(pat, self._prev, text)):
                 if kind == "killed" and self.self_killed:
