@@ -23,6 +23,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
+from engine_signals import signal_engine as _signal, state as _state, tree as _tree
+
 from pytest_k3accept.observe.endpoint.client import K3Client
 from pytest_k3accept.observe.endpoint.discover import discover
 from pytest_k3accept.observe.load.profile import LoadProfile
@@ -54,40 +56,6 @@ def _engine(server: Any) -> int:
     found = enginecore.find(server.process.pid)
     assert len(found) == 1, f"no single EngineCore child of {server.process.pid}: {found}"
     return found[0]
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the engine core's ``VLLM::Worker`` children on 0.32)."""
-    return [pid, *enginecore.descendants(pid)]
-
-
-def _state(pid: int) -> str:
-    """The process's state letter (``T``: stopped), ``gone`` when it has exited."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return "gone"
-    return stat[stat.rfind(b")") + 2:].split()[0].decode()
-
-
-def _signal(engine: int, sig: int) -> dict[int, str]:
-    """Send ``sig`` to the engine core and its children; after SIGSTOP wait (up to 10 s,
-    sending it again each second) until every one of them is seen stopped: the test's
-    premise is a frozen engine, so a stop that did not take is made to take (a CI run saw
-    three streams finish their 6000 tokens at the unstopped pace after a SIGSTOP). The
-    states seen last, by pid."""
-    pids = _tree(engine) if sig != signal.SIGKILL else [engine]
-    for pid in pids:
-        os.kill(pid, sig)
-    if sig == signal.SIGSTOP:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_state(p) not in ("T", "t") for p in pids):
-            time.sleep(1)
-            for pid in pids:
-                if _state(pid) not in ("T", "t", "gone"):
-                    os.kill(pid, sig)
-    return {pid: _state(pid) for pid in pids}
 
 
 def _health(server: Any) -> int | str:
