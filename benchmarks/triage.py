@@ -57,7 +57,7 @@ def run(corpus: Path) -> list[dict[str, Any]]:
 READ = {"heldout-2": (6, 7), "heldout-3": (6, 7), "heldout-4": (6, 7), "heldout-5": (6, 7),
         "heldout-9": (10, 11), "heldout-11": (11, 12), "heldout-12": (12, 13),
         "heldout-13": (13, 14), "heldout-14": (14, 15), "heldout-15": (15, 16),
-        "heldout-16": (16, 17), "heldout-17": (17, 18)}
+        "heldout-16": (16, 17), "heldout-17": (17, 18), "heldout-18": (18, 19)}
 
 
 def _held_out(row: dict[str, Any]) -> bool:

@@ -751,7 +751,6 @@ def test_round_18_stage_lines(line: str, stage: str) -> None:
     ('  File "/x/tpu_inference/offload/tpu_offload_connector.py", line 2490, in start_save_kv',
      "serving"),
     ('  File "/x/ray/dag/compiled_dag_node.py", line 2515, in _execute_until', "serving"),
-    ('  File "/x/torch/utils/_device.py", line 103, in __torch_function__', "loading"),
 ])
 def test_round_18_frames(frame: str, stage: str) -> None:
     got = classify("Traceback (most recent call last):\n" + frame + "\n    x = f()\n"
@@ -764,3 +763,78 @@ def test_a_v0_callback_wrapped_in_functools_partial_is_the_engine_loops_death() 
            "_raise_exception_on_finish at 0x7fd321802200>, error_callback=<bound method>)\n")
     got = classify(log, ended=True)
     assert (got.category, got.stage) == ("serving", "serving"), got.summary()
+
+
+# round 19 (corpus README, "Round 19 rules")
+
+def test_torch_devices_function_mode_alone_does_not_place_an_oom() -> None:
+    # round 18 read it as loading; two collectors disagree, so no guess (round 19)
+    got = classify('  File "/x/torch/utils/_device.py", line 109, in __torch_function__\n'
+                   "    return func(*args, **kwargs)\ntorch.OutOfMemoryError: HIP out of memory. "
+                   "Tried to allocate 1.08 GiB.\n", ended=True)
+    assert (got.category, got.stage) == ("unknown", "unknown"), got.summary()
+
+
+@pytest.mark.parametrize("log, category, stage", [
+    # NCCL's own device allocation failing inside a V1 step
+    ("vllm-decode-0:1673:9080 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of "
+     "memory'\n(EngineCore_DP0 pid=1671)   File \"/app/vllm/vllm/v1/worker/gpu_model_runner.py\","
+     " line 2329, in execute_model\n(EngineCore_DP0 pid=1671)     self.eplb_step()\n",
+     "serving-oom", "serving"),
+    # the TPU runtime's program allocation, no phase shown
+    ("RuntimeProgramAllocationFailure: Error loading program 'jit__forward':\nAttempting to "
+     "allocate 1.13G. That was not possible. There are 528.72M free.\n", "unknown", "unknown"),
+    # a Marlin repack quoted without its frame
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 140.00 MiB.\n[...]\n"
+     "marlin_qweight = ops.gptq_marlin_repack(b_q_weight=pack_fp8_to_int32(\n",
+     "loading", "loading"),
+    # a kernel's assertion after startup: the first request's step
+    ("(APIServer pid=1) INFO:     Application startup complete.\n/pytorch/aten/src/ATen/native/"
+     "cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: block: [42,0,0], thread: "
+     "[224,0,0] Assertion `ind >=0` failed.\n", "serving", "serving"),
+    # an illegal access in the KV-sizing RPC, named in the engine's source line
+    ("(EngineCore_0 pid=294) ERROR 08-29 02:03:28 [core.py:700]     output = self.collective_rpc("
+     "\"determine_available_memory\")\n(EngineCore_0 pid=294) ERROR 08-29 02:03:28 [core.py:700] "
+     "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was "
+     "encountered\n", "unknown", "kv-sizing"),
+])
+def test_round_19_causes_and_stages(log: str, category: str, stage: str) -> None:
+    got = classify(log, ended=True)
+    assert (got.category, got.stage) == (category, stage), got.summary()
+
+
+@pytest.mark.parametrize("line, category", [
+    ("(Worker_DP0_EP0 pid=2823482) ERROR 10-16 17:22:56 [nixl_connector.py:815] RuntimeError: "
+     "Remote NIXL agent engine ID mismatch. Expected a_dp0,received b_dp0.", "connection"),
+    ("(EngineCore pid=436) ERROR 07-30 15:51:33 [base_worker.py:2123] NIXL transfer failure: "
+     "transfer_exception. Marking blocks as invalid", "connection"),
+    ("(Worker_DP0_TP0_EP0 pid=782865) ERROR 03-31 02:49:30 [mooncake_connector.py:547] Mooncake "
+     "transfer failed for request chatcmpl-ba310df4", "connection"),
+    ("(APIServer pid=1) requests.exceptions.HTTPError: 403 Client Error: Forbidden for url: "
+     "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/resolve/main/config.json", "config"),
+    ("ValueError: The supplied chat template string (examples/t.jinja) appears path-like, but "
+     "doesn't exist! Tried: examples/t.jinja", "config"),
+])
+def test_round_19_lines(line: str, category: str) -> None:
+    assert classify(line + "\n", exit_code=1, ended=True).category == category
+
+
+def test_an_import_warning_before_the_banner_belongs_to_that_start() -> None:
+    log = ("WARNING 06-24 21:44:48 _custom_ops.py:14] Failed to import from vllm._C with "
+           "ImportError('libcudart.so.12: cannot open shared object file: No such file or "
+           "directory')\nINFO 06-24 21:44:54 api_server.py:177] vLLM API server version "
+           "0.5.0.post1\n")
+    assert classify(log, exit_code=1, ended=True).category == "environment"
+
+
+def test_the_api_servers_start_lines_are_not_serving() -> None:
+    init = ("(EngineCore_0 pid=1) INFO 08-19 14:58:40 [core.py:215] init engine (profile, create kv "
+            "cache, warmup model) took 1.06 seconds\n(APIServer pid=2) INFO 08-19 14:58:41 "
+            "[loggers.py:142] Engine 000: vllm cache_config_info with initialization after "
+            "num_gpu_blocks is: 57656\n(APIServer pid=2) INFO 08-19 14:58:41 "
+            "[serving_responses.py:120] Using default chat sampling params from model: {}\n")
+    assert classify(init, ended=False).stage == "after-init"
+    for line in ("NCCL INFO Channel 07/16 : 0 1", "DEBUG 06-12 19:58:31 [__init__.py:31] No "
+                 "plugins for group vllm.platform_plugins found."):
+        assert classify("spark:2528:2528 [0] " * line.startswith("NCCL") + line + "\n",
+                        ended=False).stage == "before-loading"

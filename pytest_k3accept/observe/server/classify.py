@@ -292,6 +292,10 @@ def _stage_at(scan: Scanner, hit: Hit, http: HttpObservations) -> int:
 def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
               http: HttpObservations, notes: tuple[str, ...]) -> Classification:
     stage = _stage_at(scan, hit, http)
+    if hit.kind == "fault" and stage == AFTER_INIT and not scan.waking:
+        # once init is done the device runs kernels only for the engine's steps (sleep mode's
+        # wake_up aside): a fault there is the first request's step (round 19)
+        stage = SERVING
     category = _category(hit.kind, stage)
     phase, stage_key = _phase_and_stage(scan, stage, http)
     if hit.kind == "oom" and stage < AFTER_INIT and hit.cut:

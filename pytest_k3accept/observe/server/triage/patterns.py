@@ -129,6 +129,10 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"are not supported for now|Model architectures? \[[^\]]*\] (?:are|is) not supported|"
            r"Repository Not Found|HFValidationError|"
            r"gated repo|401 Client Error|"
+           # Hugging Face refusing the model's files (a gated model without access; round 19)
+           r"403 Client Error: Forbidden for url: https://huggingface\.co/|"
+           # --chat-template naming a file that is not there (round 19)
+           r"appears path-like, but doesn't exist|"
            # vLLM's KV-cache coordinator at init: a retention interval that is not a multiple
            # of the block size, or one set for a model without recurrent / sliding state
            r"prefix_cache_retention_interval \(-?\d+\) must be|"
@@ -184,7 +188,13 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"Aborted due to the lack of CPU swap space|"
         # tt-metal's allocator (Tenstorrent's vLLM fork): a DRAM / L1 buffer that does not fit
         # the device's banks (round 16)
-        r"Out of Memory: Not enough space to allocate \d+ B (?:DRAM|L1)")
+        r"Out of Memory: Not enough space to allocate \d+ B (?:DRAM|L1)|"
+        # NCCL failing to allocate its own device buffers (include/alloc.h: "NCCL WARN Cuda
+        # failure 2 'out of memory'"): a device OOM, though NCCL's errors follow (round 19)
+        r"Cuda failure \d+ 'out of memory'|"
+        # the TPU runtime loading a compiled program into HBM that no longer fits (round 19)
+        r"RuntimeProgramAllocationFailure|Attempting to allocate [\d.]+[KMG]i?B?\. That was "
+        r"not possible")
 _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|"
           r"device-side assert triggered|Segmentation fault|Fatal Python error|"
           # the fatal-signal banner of tvm_ffi (flashinfer's FFI, loaded by vLLM's CUDA
@@ -195,7 +205,11 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
           r"\[ASSERT\] \[CANN_VERSION|EZ9999: Inner Error|"
           # abseil's failure-signal handler (Ray's workers, XLA): "*** SIGSEGV received at
           # time=... on cpu 131 ***" (round 15)
-          r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE|ABRT) received at time=")
+          r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE|ABRT) received at time=|"
+          # a CUDA kernel's own assertion, printed by the device for each thread ("...cu:16:
+          # vectorized_gather_kernel: block: [42,0,0], thread: [224,0,0] Assertion `...`
+          # failed."), before "device-side assert triggered" (round 19)
+          r"\.cu:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -239,7 +253,11 @@ _INTERCONNECT = (
     # a KV connector's remote store gone (LMCache's remote backend, Mooncake): the cache
     # server's socket closed or refused (round 18)
     r"\b(?:LMCache|Mooncake\w*)\b.{0,40}\bERROR\b.*\b(?:Broken pipe|Connection (?:refused|"
-    r"reset))")
+    r"reset))|"
+    # the KV transfer of disaggregated prefill failing for a request: NIXL's handshake and
+    # transfer, Mooncake's transfer engine (round 19)
+    r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Handshake failed for "
+    r"request|Mooncake transfer failed for request|Sync batch data transfer timeout")
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -434,7 +452,12 @@ STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected p
                      # the workers' distributed set-up (custom all-reduce, the message queue
                      # of the multiprocessing executor), before the weights (round 14)
                      r"Custom allreduce is disabled because|"
-                     r"vLLM message queue communication handle", _I)
+                     r"vLLM message queue communication handle|"
+                     # NCCL setting up a communicator (NCCL_DEBUG=INFO) and the platform
+                     # probe at import (DEBUG), both at the start (round 19)
+                     r"NCCL INFO (?:Channel \d+/\d+ :|NET/Plugin: Loaded|Using network)|"
+                     r"No plugins for group vllm\.platform_plugins found|"
+                     r"Checking if \w+ platform is available", _I)
 #: a line that marks lines cut out of a posted log (``[...]``, ``...``, ``…``), alone or after
 #: vLLM's level / time / logger prefix
 CUT = re.compile(r"^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\]\s*)?"
@@ -475,7 +498,8 @@ TRIGGERS = (
     "invalid literal", "appears to be a uri", "bfloat16", "maximum context length",
     "clean build", "compute capability", "placement group", "cufile", "supported device",
     "flash attention extensions", "too old", "could not run", "lmcache", "mooncake",
-    "exception in callback")
+    "exception in callback", "cuda failure", "programallocation", "not possible",
+    "assertion", "handshake failed", "403 client", "path-like", "sync batch")
 
 
 def may_match(text: str) -> bool:
@@ -492,10 +516,7 @@ FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+
 BUILD_FRAME = re.compile(r'File "[^"]*(?:vllm/model_executor/(?:models|layers|parallel_utils)|'
                          # vllm-omni's diffusion and stage models (round 14)
                          r'vllm_omni/(?:\w+/)?models)/'
-                         r'[^"]*", line \d+, in (?:__init__|<listcomp>)$|'
-                         # a tensor made under ``with torch.device(...)``: the model loader
-                         # builds the model in that mode (round 18)
-                         r'torch/utils/_device\.py", line \d+, in __torch_function__$')
+                         r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
 #: V1's workers and executors run ``execute_model`` / ``sample_tokens`` only to step scheduled
 #: requests (their profile and warm-up runs call ``_dummy_run``), so such a frame is serving;
 #: V0's ``execute_model`` also runs in the profile run and stays unplaced
@@ -526,7 +547,13 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     r"memory|Memory profiling|# ?(?:GPU|cuda|HPU|NPU|XPU) blocks:|"
                     # Gaudi's worker and Tenstorrent's generator allocating the KV cache
                     # (round 18)
-                    r"Initializing cache engine took|Allocating TT kv caches|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
+                    r"Initializing cache engine took|Allocating TT kv caches|"
+                    # V0's CUDA-graph capture (after the KV cache is sized; round 19)
+                    r"Capturing the model for CUDA graphs|"
+                    # V1's engine calling its workers' KV-sizing methods by name (round 19)
+                    r"collective_rpc\(\s*[\"'](?:determine_available_memory|"
+                    r"initialize_from_config|compile_or_warm_up_model|"
+                    r"determine_num_available_blocks|initialize_cache)\b|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
                     r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
@@ -542,7 +569,7 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # the other engine routes (round 14: a transcription's 200)
                          r'audio/\w+|embeddings|pooling|score|rerank|classify)\S* HTTP/\d'
                          r'(?:\.\d)?" 200\b|Added request|Received request|Avg prompt '
-                         r'throughput|Engine 0+: '
+                         r'throughput|Engine 0+: (?!vllm cache_config_info)'
                          r'|Running: \d+ reqs|Dumping (?:scheduler (?:output|stats)|input data)'
                          r'|Error in '
                          r'model execution|input of failed execution|Processed prompts:|'
@@ -560,7 +587,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'File "[^"]*(?:guided_decoding|xgrammar)|'
                          r'\bin (?:_get_prompt_logprobs_dict|compute_logprobs|'
                          r'_continuation_prefill|execute_model_async|_process_request)\b|'
-                         r'\b(?:serving_\w+|api_router|serving)\.py:\d+\]|'
+                         # (not the defaults they log when the server starts; round 19)
+                         r'\b(?:serving_\w+|api_router|serving)\.py:\d+\](?!\s+(?:Using '
+                         r'default|Default sampling))|'
                          # V0's scheduler swaps a running group out only while serving
                          r'Aborted due to the lack of CPU swap space|'
                          # the source lines of a step's traceback, where the reporter cut
@@ -584,7 +613,13 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          # the trainer's progress bar past step 0 (each step rolls out through
                          # the engine; round 18)
                          r'^\d+\s+[\d.]+\s+ray::WorkerDict\.actor_rollout_generate_sequences\b|'
-                         r'Training Progress:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+', _I)),
+                         r'Training Progress:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+|'
+                         # a KV transfer of disaggregated prefill happens only for a request
+                         # (round 19)
+                         r'NIXL transfer failure|Handshake failed for request|Mooncake '
+                         r'transfer failed for request|'
+                         # lm-evaluation-harness's results table: its requests were answered
+                         r'^\|\s*Tasks\s*\|\s*Version\s*\|', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization
     # failed" for a death during startup, EngineDeadError / AsyncEngineDeadError afterwards
     (AFTER_INIT, re.compile(r"EngineDeadError|MQLLMEngine is already dead|Background loop has "
@@ -601,7 +636,11 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     r"_model)", _I)),
     # init_device (the device, its memory check, the distributed setup) runs before load_model:
     # it shows nothing past "before loading"
-    (LOADING, re.compile(r"(?:executing|processing) method '?load_model", _I)),
+    (LOADING, re.compile(r"(?:executing|processing) method '?load_model|"
+                         r"collective_rpc\(\s*[\"']load_model\b", _I)),
+    # quantized weights repacked for Marlin: only in process_weights_after_loading, at load
+    # (a source line quoted without its frame; round 19)
+    (LOADING, re.compile(r"\b(?:gptq|awq)_marlin(?:_moe)?_repack\(")),
     # V0's AsyncLLMEngine logs at ERROR only from its background loop (_log_task_completion,
     # run_engine_loop), which steps the engine only while requests are in flight
     (SERVING, re.compile(r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?async_llm_engine\.py:"

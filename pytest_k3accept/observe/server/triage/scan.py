@@ -140,8 +140,10 @@ class Scanner:
             before, pasted = self.timeline.earlier_starts, self.timeline.out_of_order_starts
             self.timeline.feed(line)
             if self.timeline.earlier_starts != before or (
-                    (self.stage or self.hits) and PROCESS_START.search(line.text)
+                    (self.stage or any(h.rule not in BEFORE_RULES for h in self.hits))
+                    and PROCESS_START.search(line.text)
                     and self.timeline.out_of_order_starts == pasted):
+                # (an import's failure before the banner is the same start's: round 19)
                 self._reset()  # a new start: what came before is another process's
         self.lines += 1
         text = unwrap(line.text)
