@@ -20,7 +20,7 @@ Failover: with ``N`` replicas sharing the target load, losing one puts ``N/(N-1)
 share on each survivor; :func:`failover_factor` gives that factor and the wiring runs the
 scaled load (``LoadProfile.scaled``) on each replica. A run without server metrics cannot be
 decided (``ok is None``), and neither can one whose gauge samples never caught a request
-running or waiting (short requests falling between samples: the samples show an idle
+running (short requests falling between samples, or seen only queued: the samples show an idle
 server's 0 %, not the peak; :func:`~pytest_k3accept.observe.load.peak.unmeasured_peak`).
 With several engines the line lists each engine's free KV beside the fullest one's; a run on
 a server that also served other clients says so (its figures include their traffic).

@@ -47,7 +47,7 @@ class LoadRun(Kind):
     a reduced load in such a test, None when the test named no target.
     ``peak_kv`` is the highest KV-cache usage sampled *during* the run (the worst engine), or
     1.0 when preemptions prove the cache was full; None when no sample was taken or none
-    caught a request running or waiting (``gauge_busy_samples == 0``: an idle server's 0 %).
+    caught a request running or KV in use (``gauge_busy_samples == 0``: an idle server's 0 %).
     ``shared`` is True when the server's own counters show more work than the run sent
     (``other_requests`` other requests finished: another client's traffic is in the
     figures), False when they match, None when the server exports no such counters.
@@ -71,7 +71,7 @@ class LoadRun(Kind):
     peak_kv: float | None = None
     peak_kv_from: str | None = None
     gauge_samples: int | None = None
-    #: samples that caught a request running or waiting (None: no such gauge to tell)
+    #: samples that caught a request running or KV in use (None: no such gauge to tell)
     gauge_busy_samples: int | None = None
     sustained_waiting: float | None = None
     target_source: str = DEFAULT_TARGET

@@ -72,7 +72,7 @@ class Monitor:
         self.series: list[tuple[float, float, float, float]] = []  # t, kv, running, waiting
         self.t0 = time.perf_counter()
         self.samples = 0
-        #: samples that caught the server at work (a request running or waiting, or KV in
+        #: samples that caught the server at work (a request running, or KV in
         #: use); None while no sample had a running / waiting gauge to tell
         self.busy_samples: int | None = None
         self.sample_errors = 0
@@ -152,8 +152,10 @@ class Monitor:
         self.samples += 1
         gauges = fold_gauges(per)
         if "running" in gauges or "waiting" in gauges:
-            busy = (gauges.get("running", 0.0) > 0 or gauges.get("waiting", 0.0) > 0
-                    or gauges.get("kv", 0.0) > 0)
+            # a request running or KV in use: a sample of the server at work, which is what
+            # makes the KV peak a measurement; requests only waiting (queued, no KV yet) show
+            # queueing, not the peak (CI saw "peak KV 0 %" from such a sample alone)
+            busy = gauges.get("running", 0.0) > 0 or gauges.get("kv", 0.0) > 0
             self.busy_samples = (self.busy_samples or 0) + int(busy)
         t = time.perf_counter() - self.t0
         self.series.append((t, gauges.get("kv", math.nan), gauges.get("running", math.nan),
@@ -206,7 +208,7 @@ class Monitor:
 
     def catching_up(self, run: Any) -> bool:
         """Sample early? Requests are in flight, the gauges exist but no sample has caught
-        a request running or waiting yet, and the run's catch-up budget is not spent."""
+        a request running yet, and the run's catch-up budget is not spent."""
         return (self.busy_samples == 0 and self.catch_up_samples < CATCH_UP_MAX
                 and (getattr(run, "in_flight", 0) or 0) > 0)
 

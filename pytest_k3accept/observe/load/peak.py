@@ -10,8 +10,8 @@ def unmeasured_peak(server: Mapping[str, Any] | None) -> str | None:
     """Why a run's peak KV usage is unknown, or None when it was measured.
 
     Unknown, never "0 %, headroom": when no gauge sample was taken during the run, or when
-    every sample showed an idle server (no request running or waiting, no KV in use: the
-    run's requests fell between samples, so the figures are the idle server's). Preemptions
+    every sample showed an idle server (no request running, no KV in use: the run's requests
+    fell between samples, or were only seen queued, so the figures are the idle server's). Preemptions
     prove a full cache whatever the samples say (``peak_kv_from == "preemptions"``)."""
     if server is None or server.get("peak_kv_usage") is None:
         return "no server metrics for this run"
@@ -29,6 +29,6 @@ def unmeasured_peak(server: Mapping[str, Any] | None) -> str | None:
                 f"it says nothing about the peak){failed}")
     if server.get("gauge_busy_samples") == 0:
         return (f"none of the {samples} gauge sample{'s' if samples != 1 else ''} taken "
-                "during the run caught a request running or waiting (the requests fell "
+                "during the run caught a request running (the requests fell "
                 f"between samples): the samples show an idle server, not the peak{failed}")
     return None
