@@ -20,6 +20,7 @@ import pytest
 
 from pytest_k3accept.observe.endpoint.discover import discover
 from pytest_k3accept.observe.load import synthetic
+from pytest_k3accept.observe.load.peak import unmeasured_peak
 from pytest_k3accept.observe.load.profile import LoadProfile
 from pytest_k3accept.observe.load.profile import load as load_profile
 from pytest_k3accept.observe.load.requestset import load as load_set
@@ -54,20 +55,23 @@ async def test_synthetic_requests_hit_token_targets(testbed: Any) -> None:
 async def test_runner_token_counts_equal_server_counters(testbed: Any) -> None:
     ep = discover(testbed.base_url)
     profile = load_profile(DATA / "agent_profile.toml").replace(
-        "test", requests=14, warmup=2, concurrency=3, max_seconds=120)
+        "test", requests=28, warmup=2, concurrency=3, max_seconds=120)
+    # 28 requests, not 14: a 2-core CI host whose API server was starved while the engine
+    # stepped let 14 pass with no gauge sample of a request running (peak unknown)
     result = await run_load(ep, None, profile)  # the profile's fixed agent request set
     s, srv = result.summary, result.server
     assert srv is not None, result.server_error
-    assert s["ok"] == s["requests"] == 14, s["errors_by_kind"]
-    assert result.prompt_tokens > 0 and result.completion_tokens == 14 * 96  # ignore_eos
+    assert s["ok"] == s["requests"] == 28, s["errors_by_kind"]
+    assert result.prompt_tokens > 0 and result.completion_tokens == 28 * 96  # ignore_eos
     assert srv["prompt_tokens"] == result.prompt_tokens
     assert srv["generation_tokens"] == result.completion_tokens
-    assert sum(srv["successes"].values()) == 14
+    assert sum(srv["successes"].values()) == 28
     assert result.shared is False and srv["other_clients"]["other_requests"] == 0  # alone
     assert result.request_set["fingerprint"] == load_set(
         DATA / "agent_set.toml").fingerprint()
     # the conversations repeat the system prompt and tools: the prefix cache must hit
     assert srv["prefix_cache_hit_rate"] and srv["prefix_cache_hit_rate"] > 0.3
+    assert unmeasured_peak(srv) is None, unmeasured_peak(srv)
     assert 0 < srv["peak_kv_usage"] < 0.1 and srv["preemptions"] == 0
     assert s["ttft"]["p99"] <= s["e2e"]["p99"]
     assert 1.0 <= result.achieved_concurrency["mean"] <= 3.0 and result.achieved_concurrency["max"] <= 3

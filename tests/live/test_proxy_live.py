@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from engine_signals import signal_engine
 from nginx_proxy import nginx_factory, start_buffering  # noqa: F401 (a fixture)
 
 from pytest_k3accept.checks import headroom
@@ -78,11 +79,10 @@ def test_a_buffering_proxy_makes_ttft_unknown_not_a_figure(testbed: Any) -> None
 
 def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: Any) -> None:
     """502: nginx in front of a port nothing listens on. 504: nginx (``proxy_read_timeout
-    1s``) in front of the session testbed whose ``VLLM::EngineCore`` is stopped (SIGSTOP,
-    SIGCONT after) while a non-streamed request waits: the server cannot answer within the
+    1s``) in front of the session testbed whose ``VLLM::EngineCore`` and its workers are
+    stopped (SIGSTOP, SIGCONT after) while a non-streamed request waits: the server cannot answer within the
     proxy's second on any machine (a long answer alone was not enough: a fast machine wrote
     1800 tokens in under a second, and CI saw 200)."""
-    import os
     import signal
 
     from pytest_k3accept.observe.server import enginecore
@@ -95,11 +95,12 @@ def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: 
     async def stalled(client: Any) -> Any:
         task = asyncio.create_task(client.chat(USER, max_tokens=1800, ignore_eos=True))
         await asyncio.sleep(0.05)  # the request is on its way; the engine stops
-        os.kill(engine, signal.SIGSTOP)
+        # the engine core and its VLLM::Worker children, each seen stopped (engine_signals)
+        await asyncio.to_thread(signal_engine, engine, signal.SIGSTOP)
         try:
             return await asyncio.wait_for(task, 120)
         finally:
-            os.kill(engine, signal.SIGCONT)
+            signal_engine(engine, signal.SIGCONT)
 
     async def both() -> tuple[Any, Any, Any]:
         async with K3Client(down.base_url, "k3-testbed", timeout=60) as c1, \
@@ -122,10 +123,10 @@ def test_the_proxys_own_502_and_504_name_the_proxy(testbed: Any, nginx_factory: 
 
 def test_the_proxys_idle_timeout_cutting_a_stream_is_the_proxys(testbed: Any,
                                                                 nginx_factory: Any) -> None:
-    """A stream through nginx (``proxy_read_timeout 3s``) whose engine core stops mid-way
-    (SIGSTOP of the session testbed's ``VLLM::EngineCore``, SIGCONT after): the proxy cuts
-    it after 3 s without data, and the message names the proxy and its timeout."""
-    import os
+    """A stream through nginx (``proxy_read_timeout 3s``) whose engine stops mid-way (SIGSTOP
+    of the session testbed's ``VLLM::EngineCore`` and its ``VLLM::Worker`` children, each seen
+    stopped; SIGCONT after): the proxy cuts it after 3 s without data, and the message names
+    the proxy and its timeout."""
     import signal
     import time
 
@@ -136,17 +137,28 @@ def test_the_proxys_idle_timeout_cutting_a_stream_is_the_proxys(testbed: Any,
 
     async def cut() -> tuple[Any, float]:
         async with K3Client(idle.base_url, "k3-testbed", timeout=120) as client:
+            before = await _generated(testbed.base_url)
             task = asyncio.create_task(client.chat(USER, stream=True, max_tokens=1800,
                                                    ignore_eos=True))
-            await asyncio.sleep(1)  # tokens flow through the proxy
-            os.kill(engine, signal.SIGSTOP)
+            # tokens flow (the server's own counter moved), then the engine stops: a fixed
+            # 1 s let a fast CI host finish all 1800 tokens before the stop
+            deadline = time.monotonic() + 60
+            while await _generated(testbed.base_url) <= before and not task.done() \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert not task.done(), "the stream ended before the engine could be stopped"
             stopped = time.monotonic()
+            # the engine core and its VLLM::Worker children, each seen stopped: stopping the
+            # engine core alone let its workers finish the 1800 tokens in a CI run
+            states.update(await asyncio.to_thread(signal_engine, engine, signal.SIGSTOP))
             try:
                 return await asyncio.wait_for(task, 300), time.monotonic() - stopped
             finally:
-                os.kill(engine, signal.SIGCONT)
+                signal_engine(engine, signal.SIGCONT)
 
+    states: dict[int, str] = {}
     res, after = asyncio.run(cut())
+    assert states and set(states.values()) <= {"T", "t"}, f"not all stopped: {states}"
     print(f"\nobserved: after {after:.1f} s: status {res.status}, {res.error_kind}, "
           f"{res.chunks} chunks, proxy {res.proxy}: {res.error}\nnginx: "
           f"{idle.error_log()[-600:]}")
@@ -166,6 +178,16 @@ def test_the_proxys_idle_timeout_cutting_a_stream_is_the_proxys(testbed: Any,
     # the same server answers again once the engine runs: nothing of vLLM's own failed
     ok = asyncio.run(_one(testbed.base_url))
     assert ok.ok, ok.error
+
+
+async def _generated(base_url: str) -> float:
+    """The server's ``vllm:generation_tokens_total`` (summed over its series)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"{base_url}/metrics")).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total"))
 
 
 async def _one(base_url: str) -> Any:

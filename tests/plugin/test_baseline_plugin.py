@@ -20,14 +20,17 @@ from pytest_k3accept.output.record import validate
 TESTS = '''
 import pytest
 
-@pytest.mark.k3_headroom(concurrency=2, requests=6, context_tokens=256, output_tokens=200,
+# 24 requests, not 6: on a 2-core CI host the API server can be starved while the engine
+# steps, and 6 requests (2 s) then passed without one gauge sample seeing a request running
+# (peak KV unknown, headroom undecided: the right answer, but not this test's subject)
+@pytest.mark.k3_headroom(concurrency=2, requests=24, context_tokens=256, output_tokens=200,
                          max_waiting=None, max_preemptions=100)
 def test_target_load():
     pass  # the marker runs the target load after the body
 '''
 
 
-#: only the p99 TTFT decides here: the other figures of a 6-request run on a shared CPU
+#: only the p99 TTFT decides here: the other figures of a 24-request run on a shared CPU
 #: machine move by tens of percent from one run to the next
 PROFILE = """
 [baseline]
