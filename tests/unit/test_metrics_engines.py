@@ -73,7 +73,7 @@ class Pages:
     """A loopback ``/metrics`` that answers the given pages in turn (the last one again)."""
 
     def __init__(self, stub: StubServer, *names: str) -> None:
-        self.texts = [page(n) for n in names]
+        self.texts = [n if "\n" in n else page(n) for n in names]  # a name, or a page's text
         stub.route("GET", "/metrics", self.handle)
 
     def handle(self, req: Any) -> None:
@@ -120,27 +120,14 @@ def test_a_sample_of_the_idle_server_is_not_a_peak() -> None:
 def test_a_sample_that_saw_requests_only_queued_is_not_a_peak() -> None:
     """A sample showing requests waiting with none running and no KV in use (queued before
     their first step: CI saw "peak KV 0 %" from such a sample alone) is not the server at
-    work: the peak stays unknown, and samples go on coming at the catch-up pace."""
+    work: the peak stays unknown (and with no busy sample the catch-up pace goes on, as
+    tests/unit/test_monitor_schedule.py shows)."""
     queued = page("vllm-0.32-dp2-idle.txt").replace(
         'vllm:num_requests_waiting{engine="0",model_name="k3-testbed"} 0.0',
         'vllm:num_requests_waiting{engine="0",model_name="k3-testbed"} 2.0')
     assert queued != page("vllm-0.32-dp2-idle.txt")
-
-    async def go(base: str) -> dict[str, Any] | None:
-        mon = monitor.Monitor(object(), MetricsScraper(base), settle_timeout=0.5)
-        await mon.open()
-        await mon.baseline()
-        await mon.sample()
-        try:
-            return await mon.final(0)
-        finally:
-            await mon.close()
-
-    with StubServer() as stub:
-        pages = Pages(stub, "vllm-0.32-dp2-idle.txt")
-        pages.texts = [page("vllm-0.32-dp2-idle.txt"), queued, page("vllm-0.32-dp2-idle.txt")]
-        out = asyncio.run(go(stub.base_url))
-    assert out is not None and out["gauge_samples"] == 1 and out["peak_waiting"] == 2.0
+    out = run_monitor("vllm-0.32-dp2-idle.txt", queued, "vllm-0.32-dp2-idle.txt", ok=0)
+    assert out["gauge_samples"] == 1 and out["peak_waiting"] == 2.0
     assert out["gauge_busy_samples"] == 0 and out["peak_kv_usage"] == 0.0
     assert "caught a request running" in (unmeasured_peak(out) or "")
 
