@@ -173,12 +173,19 @@ def paired(runner: list[float], raw: list[float]) -> dict[str, float | int | Non
 
 
 def measure_paired(base_url: str, *, n: int, chunks: int = 16,
-                   messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   messages: list[dict[str, Any]] | None = None, wire: bool = True
+                   ) -> dict[str, Any]:
     """At 1 stream, one request at a time, runner and raw aiohttp alternating (ABBA, so a
     drift of the machine cancels), ``/metrics`` scraped after every request: each request's
     own server TTFT / e2e (the histogram's sum moved by exactly that request), so what each
     client adds over the server's clock is known per request and the two clients are
-    compared pair by pair, not mean against mean of different requests."""
+    compared pair by pair, not mean against mean of different requests.
+
+    ``wire``: both clients go through a :class:`wire.WireTap` relay, and each request's client
+    TTFT / e2e is also compared with what the relay saw of the same request (its first byte
+    out -> the first bytes with text back / the response's last byte): that difference holds
+    no server time at all, so the API server's pre-clock work, which varies by milliseconds
+    per request at 32K+ tokens, no longer hides the clients' own costs (``*_wire_*`` keys)."""
     from pytest_k3accept.observe.endpoint.client import K3Client
     from pytest_k3accept.observe.load.profile import LoadProfile
     from pytest_k3accept.observe.load.runner import run_load
@@ -190,16 +197,25 @@ def measure_paired(base_url: str, *, n: int, chunks: int = 16,
     prof = LoadProfile(name="accuracy", concurrency=1, requests=1, output_tokens=chunks,
                        ignore_eos=True, max_seconds=3600.0)
     body = _raw_body(model, messages, chunks)
-    url = f"{base_url}/v1/chat/completions"
     scraper = MetricsScraper(base_url, timeout=30.0)
     added: dict[str, dict[str, list[float]]] = {
-        who: {"ttft": [], "e2e": []} for who in ("runner", "raw")}
+        who: {"ttft": [], "e2e": [], "ttft_wire": [], "e2e_wire": []}
+        for who in ("runner", "raw")}
+    tap: Any = None
+    if wire:
+        from wire import WireTap
+
+        tap = WireTap(base_url).__enter__()
+    client_url = tap.base_url if tap else base_url
+    url = f"{client_url}/v1/chat/completions"
 
     async def go() -> None:
-        async with K3Client(base_url, model, timeout=900.0) as client, \
+        async with K3Client(client_url, model, timeout=900.0) as client, \
                 _raw_session() as session:
             await run_load(client, req, prof.replace("warm"), metrics=False)
             await _raw_one(session, url, body)
+            if tap:
+                tap.take(2)
             order = [("runner", "raw"), ("raw", "runner")]
             for i in range(n):
                 for who in order[i % 2]:
@@ -218,14 +234,26 @@ def measure_paired(base_url: str, *, n: int, chunks: int = 16,
                         if count != 1:
                             raise RuntimeError(f"{name}: {count} requests counted, not 1")
                         added[who][key].append((value - server_sum) * 1e3)
+                    if tap:
+                        seen = tap.take(1)
+                        if len(seen) != 1 or seen[0].ttft is None or seen[0].e2e is None:
+                            raise RuntimeError(f"wire tap: {len(seen)} exchanges seen, not 1")
+                        added[who]["ttft_wire"].append((ttft - seen[0].ttft) * 1e3)
+                        added[who]["e2e_wire"].append((e2e - seen[0].e2e) * 1e3)
 
-    asyncio.run(go())
-    scraper.close()
+    try:
+        asyncio.run(go())
+    finally:
+        scraper.close()
+        if tap:
+            tap.__exit__()
     out: dict[str, Any] = {"concurrency": 1, "requests": n, "ok": n, "server_count": 2 * n,
                            "pairs": n}
-    for key in ("ttft", "e2e"):
+    for key in ("ttft", "e2e", "ttft_wire", "e2e_wire"):
         import statistics
 
+        if not added["runner"][key]:
+            continue
         out[f"{key}_added_median_ms"] = statistics.median(added["runner"][key])
         out[f"{key}_raw_added_median_ms"] = statistics.median(added["raw"][key])
         out[f"{key}_paired_ms"] = paired(added["runner"][key], added["raw"][key])
@@ -242,6 +270,15 @@ def paired_line(p: dict[str, Any]) -> str:
         runner, raw = p[f"{key}_added_median_ms"], p[f"{key}_raw_added_median_ms"]
         parts.append(f"{key.upper() if key == 'ttft' else key} added median runner "
                      f"{runner:+.2f} raw {raw:+.2f}; runner - raw per pair: median "
+                     f"{d['median']:+.2f}, mean {d['mean']:+.2f}{ci}")
+    for key in ("ttft_wire", "e2e_wire"):
+        d = p.get(f"{key}_paired_ms")
+        if not d:
+            continue
+        ci = "" if d["ci95"] is None else f" +- {d['ci95']:.2f}"
+        name = "TTFT" if key == "ttft_wire" else "e2e"
+        parts.append(f"{name} over the wire: runner {p[f'{key}_added_median_ms']:+.2f} raw "
+                     f"{p[f'{key}_raw_added_median_ms']:+.2f}; runner - raw per pair: median "
                      f"{d['median']:+.2f}, mean {d['mean']:+.2f}{ci}")
     return " | ".join(parts)
 
