@@ -72,8 +72,9 @@ def _start(tmp: Path, variant: str, args: tuple[str, ...], kv_cache_bytes: int,
         _unavailable(reason)
     model = testbed.build_model(variant, release)
     port = free_port()
-    cmd = testbed.server_command(model, port=port, max_model_len=max_model_len,
-                                 kv_cache_bytes=kv_cache_bytes, extra_args=args, version=release)
+    cmd = testbed.pinned(testbed.server_command(  # off the test process's core (server_cpus)
+        model, port=port, max_model_len=max_model_len, kv_cache_bytes=kv_cache_bytes,
+        extra_args=args, version=release))
     log = tmp / f"vllm-{testbed.testbed_version(release)}-{variant}-{port}.log"
     proc = ServerProcess()
     proc.start(cmd, env=testbed.server_env(), log_path=log)

@@ -25,7 +25,8 @@ from .install import (_DROP_ENV, CONFLICTING_PACKAGES, DEFAULT_VERSION, INSTALL_
 __all__ = [
     "VLLM_PACKAGE", "VARIANTS", "RELEASES", "SECOND_RELEASE", "DEFAULT_VERSION", "TestbedError",
     "TestbedUnavailable", "cache_dir", "venv_dir", "venv_python", "unavailable_reason", "install",
-    "build_model", "server_command", "server_env", "testbed_launch_command", "testbed_version",
+    "build_model", "pinned", "server_command", "server_cpus", "server_env",
+    "testbed_launch_command", "testbed_version",
     "check_version", "package", "INSTALL_HINT", "CONFLICTING_PACKAGES", "MARKER_NAME",
 ]
 
@@ -96,6 +97,34 @@ def server_command(model_dir: str | os.PathLike[str], *, port: int, host: str = 
     return argv + [str(a) for a in extra_args]
 
 
+def server_cpus() -> list[int] | None:
+    """The CPUs a testbed server runs on: all this process may use but the last, which is left
+    to the load client and the test process; None on a single CPU (nothing to leave).
+
+    Why: on a 2-core host vLLM CPU's worker keeps one core busy and the engine core most of the
+    other; with the API server and the client on that second core too, the client (and the
+    API server's answers) stalled for 8-17 s at a time while three streams ran (a ticker in the
+    client missed its 50 ms wake-ups for that long; raw aiohttp alike), so the live tests'
+    signals and gauge samples came after the streams had ended. With the server on core 0
+    and the client alone on core 1 the longest stall was 53 ms (the streams take longer)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+    return allowed[:-1] if len(allowed) >= 2 else None
+
+
+def pinned(argv: Sequence[str]) -> list[str]:
+    """``argv`` run on :func:`server_cpus` (``taskset -c``), or as it is where that cannot be
+    done (one CPU, no ``taskset``)."""
+    import shutil
+
+    cpus = server_cpus()
+    if not cpus or shutil.which("taskset") is None:
+        return list(argv)
+    return ["taskset", "-c", ",".join(str(c) for c in cpus), *argv]
+
+
 def testbed_launch_command(port: int, **kw: object) -> str:
     """One shell-quoted command line that starts the testbed server (what ``--k3-launch testbed`` means).
 
@@ -112,5 +141,5 @@ def testbed_launch_command(port: int, **kw: object) -> str:
     for key in _DROP_ENV:
         env_part += ["-u", key]
     env_part += [f"{k}={v}" for k, v in _env_overrides(os.environ).items()]
-    return shlex.join(env_part + argv)
+    return shlex.join(env_part + pinned(argv))
 

@@ -60,7 +60,8 @@ def test_testbed_server_serves_and_stops(testbed_ready: None, tmp_path: Path) ->
     log = tmp_path / "vllm.log"
     sp = ServerProcess()
     with sp:
-        sp.start(testbed.server_command(model, port=port, kv_cache_bytes=1 << 30),
+        argv = testbed.server_command(model, port=port, kv_cache_bytes=1 << 30)
+        sp.start(testbed.pinned(argv),
                  env=testbed.server_env(), log_path=log)
         sp.wait_ready(base, timeout=STARTUP_TIMEOUT_S)
         startup = sp.startup_seconds

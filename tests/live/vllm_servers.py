@@ -47,8 +47,9 @@ def serve(tmp_path_factory: pytest.TempPathFactory, name: str, extra_args: Seque
     if reason:
         _unavailable(reason)
     port = free_port()
-    argv = testbed.server_command(testbed.build_model("tiny"), port=port,
-                                  kv_cache_bytes=kv_cache_bytes, extra_args=tuple(extra_args))
+    argv = testbed.pinned(testbed.server_command(testbed.build_model("tiny"), port=port,
+                                                 kv_cache_bytes=kv_cache_bytes,
+                                                 extra_args=tuple(extra_args)))
     if vllm_serve:
         module = argv.index("-m")
         argv[module:module + 2] = ["-c", _SERVE, "serve"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -272,3 +273,16 @@ def test_unavailable_reason_names_the_fix(tmp_path: Path, monkeypatch: pytest.Mo
         testbed.build_model("tiny")
     with pytest.raises(ValueError, match="unknown testbed model variant"):
         testbed.build_model("medium")
+
+
+def test_testbed_servers_leave_the_last_cpu_to_the_client(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    monkeypatch.setattr(testbed.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert testbed.server_cpus() == [0]
+    argv = testbed.pinned(["python", "-m", "vllm"])
+    assert argv == (["taskset", "-c", "0", "python", "-m", "vllm"]
+                    if shutil.which("taskset") else ["python", "-m", "vllm"])
+    words = shlex.split(testbed.testbed_launch_command(9000, model_dir=tmp_path))
+    assert words[0] == "env" and ("taskset" in words) == bool(shutil.which("taskset"))
+    monkeypatch.setattr(testbed.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert testbed.server_cpus() is None and testbed.pinned(["x"]) == ["x"]
