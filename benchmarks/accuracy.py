@@ -62,9 +62,9 @@ class Testbed:
         port = free_port()
         self.base_url, self.model = f"http://127.0.0.1:{port}", str(model)
         self.proc = ServerProcess()
-        argv = testbed.server_command(model, port=port, max_model_len=self.max_model_len,
-                                      kv_cache_bytes=self.kv_cache_bytes,
-                                      extra_args=["--no-enable-prefix-caching"])
+        argv = testbed.pinned(testbed.server_command(  # the last CPU left to the client
+            model, port=port, max_model_len=self.max_model_len,
+            kv_cache_bytes=self.kv_cache_bytes, extra_args=["--no-enable-prefix-caching"]))
         self.proc.start(argv, env=testbed.server_env(),
                         log_path=Path(self._tmp.name) / "vllm.log")
         try:
