@@ -64,15 +64,26 @@ def unwrap(text: str) -> str:
     describes (a log collector's own stamp and labels, e.g. GKE's ``INFO <RFC 3339>
     [resource.labels.containerName: vllm] ``, Docker Desktop's ``<date> <time> ``) is cut
     where vLLM's own line starts, if it starts within the first 160 characters."""
+    return unwrap_parts(text)[0]
+
+
+def unwrap_parts(text: str) -> tuple[str, str]:
+    """:func:`unwrap`'s line, and what it cut before vLLM's own line that no wrapper shape
+    described (``""`` when it cut only wrappers): the text of another line whose break was
+    lost can be there (a progress bar's last ``\r`` update)."""
+    cut = ""
     for _ in range(8):
-        m = _WRAPPERS.match(text)
-        if not m or not m.group(0):
+        for _ in range(8):
+            m = _WRAPPERS.match(text)
+            if not m or not m.group(0):
+                break
+            text = text[m.end():]
+        head = _VLLM_HEAD.search(text, 0, 200)
+        if not (head and 0 < head.start() <= 160 and not _VLLM_HEAD.match(text)):
             break
-        text = text[m.end():]
-    head = _VLLM_HEAD.search(text, 0, 200)
-    if head and 0 < head.start() <= 160 and not _VLLM_HEAD.match(text):
-        return unwrap(text[head.start():])
-    return text
+        cut += text[:head.start()]
+        text = text[head.start():]
+    return text, cut
 
 
 _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too old|"
@@ -210,6 +221,11 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
           # vectorized_gather_kernel: block: [42,0,0], thread: [224,0,0] Assertion `...`
           # failed."), before "device-side assert triggered" (round 19)
           r"\.cu:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion")
+#: the KV transfer of disaggregated prefill failing for a request: NIXL's handshake and
+#: transfer, Mooncake's transfer engine (a connection failure, and shown only while serving)
+_KV_TRANSFER = (r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Handshake failed "
+                r"for request|Mooncake transfer failed for request|Sync batch data transfer "
+                r"timeout")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -254,10 +270,8 @@ _INTERCONNECT = (
     # server's socket closed or refused (round 18)
     r"\b(?:LMCache|Mooncake\w*)\b.{0,40}\bERROR\b.*\b(?:Broken pipe|Connection (?:refused|"
     r"reset))|"
-    # the KV transfer of disaggregated prefill failing for a request: NIXL's handshake and
-    # transfer, Mooncake's transfer engine (round 19)
-    r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Handshake failed for "
-    r"request|Mooncake transfer failed for request|Sync batch data transfer timeout")
+    # the KV transfer of disaggregated prefill failing for a request (round 19)
+    + _KV_TRANSFER)
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
            r"received signal 9")
@@ -553,8 +567,8 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     # V1's engine calling its workers' KV-sizing methods by name (round 19)
                     r"collective_rpc\(\s*[\"'](?:determine_available_memory|"
                     r"initialize_from_config|compile_or_warm_up_model|"
-                    r"determine_num_available_blocks|initialize_cache)\b|Capturing CUDA graphs|KV cache size:|Maximum concurrency "
-                    r"for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
+                    r"determine_num_available_blocks|initialize_cache)\b|"
+                    r"Capturing CUDA graphs|KV cache size:|Maximum concurrency for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
                     r"warming up sampler with \d+ dummy requests|"
@@ -616,8 +630,7 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                          r'Training Progress:\s+\d+%\|[^|]*\|\s*[1-9]\d*/\d+|'
                          # a KV transfer of disaggregated prefill happens only for a request
                          # (round 19)
-                         r'NIXL transfer failure|Handshake failed for request|Mooncake '
-                         r'transfer failed for request|'
+                         + _KV_TRANSFER + '|'
                          # lm-evaluation-harness's results table: its requests were answered
                          r'^\|\s*Tasks\s*\|\s*Version\s*\|', _I)),
     # the engine can only be "dead" once it was up: V1 raises "Engine core initialization

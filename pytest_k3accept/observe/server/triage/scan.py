@@ -22,8 +22,8 @@ from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, 
     FAULT_FRAME, FRAME, FRAME_STAGE, HANDLED, HINTS, LOADING, NATIVE_ERROR, NOT_EVIDENCE, \
     PROCESS_START, QUIET_EVIDENCE, RPC_TIMEOUT, RULES, SAMPLER_FRAME, SELF_KILL, SERVING, SHM_WAIT, \
     SLEEP_FRAMES, SOURCE_CALL, STARTUP_FAILED, \
-    SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, unwrap, \
-    wrapped_match
+    SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, \
+    unwrap, unwrap_parts, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
 
@@ -146,12 +146,11 @@ class Scanner:
                 # (an import's failure before the banner is the same start's: round 19)
                 self._reset()  # a new start: what came before is another process's
         self.lines += 1
-        text = unwrap(line.text)
-        dropped = line.text[:len(line.text) - len(text)]
-        if len(dropped) > 40:
-            # what unwrap cut before vLLM's own line can be another line whose break was lost
-            # (a progress bar's last "\r" update: "Capturing CUDA graphs ... 45/51
-            # [...](Worker_TP0 pid=1) DEBUG ..."): its stage counts (round 18)
+        text, dropped = unwrap_parts(line.text)
+        if dropped:
+            # what unwrap cut before vLLM's own line (no wrapper shape) can be another line
+            # whose break was lost (a progress bar's last "\r" update: "Capturing CUDA graphs
+            # ... 45/51 [...](Worker_TP0 pid=1) DEBUG ..."): its stage counts (round 18)
             self._stage_hints(dropped)
         if not self.vllm_lines and _VLLM_LIKE.search(text):
             self.vllm_lines = 1  # only "none at all" matters
@@ -248,20 +247,26 @@ class Scanner:
             if m.group(1) in DISPATCH_FRAMES:
                 self._tb_dispatch = FRAME_STAGE[m.group(1)]
                 return
-            self._tb_dispatch = None
-            self._tb_stage = FRAME_STAGE[m.group(1)]
-            self.waking = m.group(1) in SLEEP_FRAMES
-            self._raise(self._tb_stage, framed=True)
+            self._placed_by(m.group(1))
         elif not m and self._tb_stage is None and FRAME.match(self._prev):
             call = SOURCE_CALL.match(text)  # the call to the next frame (patterns.SOURCE_CALL)
             name = call.group(1) if call else ""
             if name in FRAME_STAGE and name not in DISPATCH_FRAMES:
-                self._tb_dispatch = None
-                self._tb_stage = FRAME_STAGE[name]
-                self.waking = name in SLEEP_FRAMES
-                self._raise(self._tb_stage, framed=True)
+                self._placed_by(name)
         elif self._tb_dispatch is not None and EXCEPTION.search(text):
             self.settle()
+
+    def _placed_by(self, name: str) -> None:
+        """The traceback's stage is that of the function ``name`` (:data:`.patterns.FRAME_STAGE`:
+        its frame, or the source line that calls it)."""
+        self._tb_dispatch = None
+        self._tb_stage = FRAME_STAGE[name]
+        self.waking = name in SLEEP_FRAMES
+        self._raise(self._tb_stage, framed=True)
+
+    def _keep(self, hit: Hit) -> None:
+        """Keep ``hit`` (the first :data:`MAX_HITS`, then the latest ones)."""
+        (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
 
     def settle(self) -> None:
         """Apply a dispatching frame's stage (:data:`.patterns.DISPATCH_FRAMES`) when no frame
@@ -284,9 +289,8 @@ class Scanner:
         if self._shm_wait is not None and self._order - self._shm_wait <= 400 and \
                 RPC_TIMEOUT.search(text):
             # the reader that shm_broadcast was waiting for never came (patterns.SHM_WAIT)
-            hit = Hit("interconnect", "connection", 2, self._order, line, text, self.stage,
-                      self._cut)
-            (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
+            self._keep(Hit("interconnect", "connection", 2, self._order, line, text,
+                           self.stage, self._cut))
             return
         for rule, kind, tier, pat in RULES:
             if pat.search(text) or (wrapped and wrapped_match(pat, self._prev, text)):
@@ -295,5 +299,5 @@ class Scanner:
                 hit = Hit(rule, kind, tier, self._order, line, text, self.stage, self._cut)
                 if rule in BEFORE_RULES:
                     self.before_shown = True
-                (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
+                self._keep(hit)
                 return
