@@ -181,13 +181,11 @@ def test_the_proxys_idle_timeout_cutting_a_stream_is_the_proxys(testbed: Any,
 
 
 async def _generated(base_url: str) -> float:
-    """The server's ``vllm:generation_tokens_total`` (summed over its series)."""
-    import httpx
+    """The server's ``vllm:generation_tokens_total`` (the plugin's own scraper and parser)."""
+    from pytest_k3accept.observe.metrics import MetricsScraper
 
-    async with httpx.AsyncClient(timeout=10) as http:
-        text = (await http.get(f"{base_url}/metrics")).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:generation_tokens_total"))
+    snap = await MetricsScraper(base_url, timeout=10.0).ascrape()
+    return snap.value("vllm:generation_tokens_total", 0.0) or 0.0
 
 
 async def _one(base_url: str) -> Any:
