@@ -108,6 +108,11 @@ _PHASES = ("before weight loading", "while loading weights",
            "after init, before any successful response", "while serving (requests in the log)")
 _FIRST_OK = "after the first successful response"
 _UNPLACED = "not shown (no startup or serving line before it)"
+#: a worker's exit by a signal the CPU raises (triage.patterns' device-fault rule) and its name
+_SIGNAL_EXIT = re.compile(r"exit code:? -(4|7|8|11)\b")
+_CRASH_SIGNALS = {"4": "SIGILL (an illegal instruction: code built for a CPU or GPU feature "
+                       "this machine lacks, or a trap)", "7": "SIGBUS (a bus error)",
+                  "8": "SIGFPE (an arithmetic fault)", "11": "SIGSEGV (a segmentation fault)"}
 _UNPLACED_CUT = "not shown (lines were cut out of the log before it)"
 #: the phase when nothing in the log shows how far the server got (a failure line alone)
 _NOT_SHOWN = "not shown (no startup, init or serving line)"
@@ -292,9 +297,10 @@ def _stage_at(scan: Scanner, hit: Hit, http: HttpObservations) -> int:
 def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
               http: HttpObservations, notes: tuple[str, ...]) -> Classification:
     stage = _stage_at(scan, hit, http)
-    if hit.kind == "fault" and stage == AFTER_INIT and not scan.waking:
-        # once init is done the device runs kernels only for the engine's steps (sleep mode's
-        # wake_up aside): a fault there is the first request's step (round 19)
+    if hit.kind in ("fault", "oom") and stage == AFTER_INIT and not scan.waking:
+        # once init is done the device runs kernels and allocates only for the engine's steps
+        # (sleep mode's wake_up aside): a fault or an OOM there is the first request's step
+        # (round 19; the OOM too since round 20)
         stage = SERVING
     category = _category(hit.kind, stage)
     phase, stage_key = _phase_and_stage(scan, stage, http)
@@ -310,6 +316,12 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
         category, phase, stage_key = "unknown", _UNPLACED, "unknown"
         notes += ("out of memory, but the log shows no startup or serving line before it: "
                   "loading, KV sizing and serving cannot be told apart; triage the whole log",)
+    signal = _SIGNAL_EXIT.search(hit.text) if hit.kind == "fault" else None
+    if signal:
+        notes += (f"exit code -{signal.group(1)}: the process was ended by "
+                  f"{_CRASH_SIGNALS[signal.group(1)]}, raised by the CPU for the code it ran "
+                  "(a native crash in a kernel or library); its core dump or a faulthandler "
+                  "trace (PYTHONFAULTHANDLER=1) shows where",)
     quotes = [_quote(hit.line, hit.text)]
     root: Quote | None = None
     if hit.tier > 1:  # a consequence decided: quote the first exception since the last milestone

