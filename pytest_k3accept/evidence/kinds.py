@@ -83,6 +83,9 @@ class LoadRun(Kind):
     latency_unreliable: str | None = None
     #: how the client itself limited the run (observe.load.saturation); None: it did not
     client_limited: str | None = None
+    #: the worst lateness of the client's event loop in seconds (observe.load.looplag; a
+    #: split run: its worst worker's); None: not measured
+    client_loop_lag: float | None = None
     #: the server served other clients during the run (figures include them); None: unknown
     shared: bool | None = None
     other_requests: int | None = None

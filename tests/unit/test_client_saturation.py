@@ -5,6 +5,7 @@ note reaching the result line, the typed evidence, the headroom judgement and th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from pytest_k3accept.checks import headroom, slo
 from pytest_k3accept.observe.endpoint.client import RequestResult
-from pytest_k3accept.observe.load import saturation
+from pytest_k3accept.observe.load import looplag, saturation
 from pytest_k3accept.observe.load.profile import LoadProfile
 from pytest_k3accept.observe.load.runner import run_load
 
@@ -96,6 +97,67 @@ async def test_a_client_with_time_to_spare_is_not_called_the_limit() -> None:
     prof = LoadProfile().replace("t", concurrency=None, rate=20.0, requests=10,
                                  output_tokens=2, max_seconds=30.0)
     res = await run_load(BusyClient(0.0), rset(["a"]), prof, metrics=False)
+    lag = res.summary["client_loop_lag"]
+    assert lag and lag["samples"] >= 5 and lag["interval"] == looplag.INTERVAL, lag
+    if lag["max"] >= saturation.MIN_LOOP_LAG:  # this test process itself starved (a loaded
+        # machine): then that, and only that, must be said
+        assert "event loop ran up to" in res.summary["client_limited"], res.summary
+        pytest.skip(f"this process's loop was {lag['max']:.2f} s late: no idle client to test")
     assert res.summary["client_limited"] is None, res.summary
     assert "CLIENT-LIMITED" not in res.line()
-    assert res.evidence("r1", "profile").client_limited is None
+    run = res.evidence("r1", "profile")
+    assert run.client_limited is None and run.client_loop_lag == lag["max"]
+
+
+def test_a_late_event_loop_is_a_limit_with_its_figure() -> None:
+    why = saturation.client_limit(concurrency=4, rate=None, started=40, elapsed=10.0,
+                                  cpu_seconds=0.5, achieved={"mean": 4.0}, loop_lag=8.4)
+    assert why and "event loop ran up to 8.40 s late" in why and "50 ms" in why
+    # jitter below the bound, or not measured, says nothing
+    for lag in (0.05, None):
+        assert saturation.client_limit(concurrency=4, rate=None, started=40, elapsed=10.0,
+                                       cpu_seconds=0.5, achieved={"mean": 4.0},
+                                       loop_lag=lag) is None
+
+
+@pytest.mark.asyncio
+async def test_the_probe_measures_a_blocked_loop() -> None:
+    probe = looplag.LoopLag(0.01).start()
+    await asyncio.sleep(0.05)
+    time.sleep(0.3)  # a callback that holds the loop (no CPU: a descheduled process alike)
+    await asyncio.sleep(0.05)
+    await probe.stop()
+    figures = probe.figures()
+    assert figures and figures["max"] >= 0.25 and figures["late_wakeups"] >= 1, figures
+    assert figures["late_seconds"] >= figures["max"]
+    assert looplag.LoopLag().figures() is None  # never woke: not measured, not 0
+
+
+class StallingClient(BusyClient):
+    """Holds the event loop for ``stall`` s once, at its third request, without using CPU
+    (``time.sleep``: what a client descheduled by a busy machine looks like to its loop)."""
+
+    def __init__(self, stall: float) -> None:
+        super().__init__(0.0)
+        self.stall, self.n = stall, 0
+
+    async def request(self, path: str, body: dict[str, Any], *, stream: bool = False,
+                      ) -> RequestResult:
+        self.n += 1
+        if self.n == 3:
+            time.sleep(self.stall)
+        await asyncio.sleep(0.01)
+        return await super().request(path, body, stream=stream)
+
+
+@pytest.mark.asyncio
+async def test_the_runner_says_so_when_its_loop_stalled_with_cpu_to_spare() -> None:
+    prof = LoadProfile().replace("t", concurrency=2, rate=None, requests=8, output_tokens=2,
+                                 max_seconds=30.0)
+    res = await run_load(StallingClient(0.4), rset(["a"]), prof, metrics=False)
+    s = res.summary
+    assert s["client_loop_lag"]["max"] >= 0.35, s["client_loop_lag"]
+    assert s["client_cpu_share"] < saturation.CPU_SHARE  # the CPU sign alone misses it
+    assert "event loop ran up to" in s["client_limited"], s
+    assert "CLIENT-LIMITED" in res.line()
+    assert res.evidence("r1", "profile").client_loop_lag == s["client_loop_lag"]["max"]

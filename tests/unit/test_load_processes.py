@@ -228,6 +228,26 @@ def test_a_time_bound_and_a_lost_share_are_said() -> None:
     assert [s.streams for s in parts] == [2, 2]
     assert summary["client_cpu_by_process"] == [0.25, None]
     assert summary["client_cpu_share"] == 0.25
+    assert summary["client_loop_lag"] is None  # no worker probed its loop: not measured
+
+
+def test_each_workers_late_loop_is_said_and_the_worst_is_the_runs() -> None:
+    profile = LoadProfile().replace("t", concurrency=4, requests=6)
+    _, parts = _split(profile, [1], 0, 2)
+    lag = {"interval": 0.05, "samples": 20, "max": 0.02, "late_wakeups": 1, "late_seconds": 0.02}
+    a = ShareResult(0, [_rec(0.1, 0.2)] * 3, spans=[(0, 0.2)] * 3, elapsed=1.0,
+                    cpu_seconds=0.1, worker="pid 1", loop_lag=lag)
+    b = ShareResult(1, [_rec(0.1, 0.2)] * 3, spans=[(0, 0.2)] * 3, elapsed=1.0,
+                    cpu_seconds=0.1, worker="pid 2", loop_lag={**lag, "max": 0.6})
+    merged = split.merge([a, b], parts, planned=[3, 3])
+    summary = stats.summarize(merged.records, merged.elapsed)
+    merged.annotate(summary, "local", None)
+    assert summary["client_loop_lag"]["max"] == 0.6
+    assert summary["client_loop_lag"]["samples"] == 40
+    assert summary["client_loop_lag_by_process"] == [lag, {**lag, "max": 0.6}]
+    assert summary["client_limited"].startswith("the client itself was the limit: process 2 "
+                                                "of 2 (pid 2): its event loop ran up to 0.60 s")
+    assert "process 1" not in summary["client_limited"]
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "two", True, None])

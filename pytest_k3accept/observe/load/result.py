@@ -246,6 +246,8 @@ class LoadResult:
             endpoint=self.endpoint, shared=self.shared,
             latency_unreliable=s.get("latency_unreliable"),
             client_limited=s.get("client_limited"),
+            client_loop_lag=(float(s["client_loop_lag"]["max"]) if s.get("client_loop_lag")
+                             else None),
             other_requests=self.other_clients.get("other_requests"),
             processes=int(s.get("processes") or 1), partial=s.get("partial"))
 

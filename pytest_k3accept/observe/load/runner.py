@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 from . import saturation, shared, stall, stats
+from .looplag import LoopLag
 from .profile import LoadProfile
 from .requestset import ChatRequest, RequestSet
 from .requestset import from_requests as _from_requests
@@ -362,10 +363,12 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
         await mon.baseline()
         started_at, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
         watcher = asyncio.create_task(mon.watch(run, t0, progress, progress_interval))
+        probe = LoopLag().start()  # how late this loop ran (observe.load.looplag)
         try:
             with fewer_collections():
                 stopped_by = await run.drive(profile.max_seconds)
         finally:
+            await probe.stop()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
         t_end, cpu = time.perf_counter(), time.process_time() - cpu0
@@ -381,8 +384,11 @@ async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: Load
             summary["spill_error"] = recs.spill_error
         achieved = meter.result(elapsed)
         summary["client_cpu_share"] = cpu / elapsed if elapsed > 0 else None
+        # (a split run's workers probe their own loops: SplitRun.annotate puts theirs)
+        summary["client_loop_lag"] = probe.figures()
         summary["client_limited"] = saturation.of_run(profile, summary, achieved, elapsed, cpu,
-                                                      run.schedule_lag, run.schedule_span)
+                                                      run.schedule_lag, run.schedule_span,
+                                                      probe.max)
         summary["processes"] = n
         if isinstance(run, SplitRun):  # CPU and saturation per worker, what was lost
             run.annotate(summary)

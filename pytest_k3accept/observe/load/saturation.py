@@ -20,6 +20,11 @@ measured by the runner, never guessed:
   explain it, *and* the client's CPU was near its ceiling (a closed loop keeps ``concurrency``
   in flight by construction unless the client is too slow to start the next request).
 
+* **the event loop ran late**: the runner's loop probe (:mod:`.looplag`) woke
+  :data:`MIN_LOOP_LAG` s or more after it was due at least once: every latency read while
+  the loop was that late is late by as much, whatever the CPU share (a starved process uses
+  no CPU).
+
 Any one sign is enough: a client at a full core still meeting the offered load measures
 latencies that include its own event-loop queueing.
 
@@ -41,13 +46,19 @@ MIN_LAG = 0.25
 INFLIGHT_SHARE = 0.8
 #: requests per stream below which a closed loop's ramp-up and tail explain a low mean
 MIN_WAVES = 4
+#: an event loop that woke this many seconds late (or more) read latencies that late: a
+#: tenth of a second is more than a timer's jitter on a loaded machine and as much as a
+#: short request's whole TTFT
+MIN_LOOP_LAG = 0.1
 
 
 def client_limit(*, concurrency: int | None, rate: float | None, started: int,
                  elapsed: float, cpu_seconds: float | None,
                  achieved: Mapping[str, float] | None, lag: float | None = None,
-                 span: float | None = None) -> str | None:
-    """The sentence saying how the client limited the run, or None when it did not."""
+                 span: float | None = None, loop_lag: float | None = None) -> str | None:
+    """The sentence saying how the client limited the run, or None when it did not.
+    ``loop_lag``: the worst lateness of the event loop's probe (:mod:`.looplag`), None when
+    not measured."""
     if elapsed <= 0:
         return None
     signs: list[str] = []
@@ -65,6 +76,10 @@ def client_limit(*, concurrency: int | None, rate: float | None, started: int,
         if mean < INFLIGHT_SHARE * concurrency:
             signs.append(f"it kept {mean:.1f} requests in flight of the {concurrency} "
                          "requested")
+    if loop_lag is not None and loop_lag >= MIN_LOOP_LAG:
+        signs.append(f"its event loop ran up to {loop_lag:.2f} s late (a timer due every "
+                     f"{_probe_ms()} ms; latencies read meanwhile are late by as much, as when "
+                     "the server on the same machine starves the client of CPU)")
     if not signs:
         return None
     return ("the client itself was the limit: " + ", ".join(signs) + "; the load offered "
@@ -72,11 +87,17 @@ def client_limit(*, concurrency: int | None, rate: float | None, started: int,
             "own queueing (spread the load over processes or machines)")
 
 
+def _probe_ms() -> str:
+    from .looplag import INTERVAL
+
+    return f"{INTERVAL * 1000:g}"
+
+
 def of_run(profile: Any, summary: Mapping[str, Any], achieved: Mapping[str, float],
            elapsed: float, cpu_seconds: float | None, lag: float | None = None,
-           span: float | None = None) -> str | None:
+           span: float | None = None, loop_lag: float | None = None) -> str | None:
     """:func:`client_limit` for a runner's run (``profile``: a LoadProfile)."""
     return client_limit(concurrency=profile.concurrency if not profile.open_loop else None,
                         rate=profile.rate, started=int(summary.get("requests") or 0),
                         elapsed=elapsed, cpu_seconds=cpu_seconds, achieved=achieved,
-                        lag=lag, span=span)
+                        lag=lag, span=span, loop_lag=loop_lag)

@@ -41,6 +41,7 @@ async def run_share(share: Share, start_at: float, *,
     the result then carries the figures and no records (the placement's
     :class:`~.placement.Delivery` holds them). Without ``deliver`` the result carries every
     record (one batch, delivered to itself)."""
+    from .looplag import LoopLag
     from .runner import _Run, fewer_collections
 
     profile = dataclasses.replace(share.profile, concurrency=share.streams, processes=1)
@@ -70,9 +71,11 @@ async def run_share(share: Share, start_at: float, *,
                 await asyncio.sleep(every)
                 sink(batch())
         ticker = asyncio.create_task(tick()) if own is None else None
+        probe = LoopLag().start()  # this worker's own loop (observe.load.looplag)
         with fewer_collections():
             stopped_by = await run.drive(profile.max_seconds)
         t_end, cpu = time.perf_counter(), time.process_time() - cpu0
+        await probe.stop()
     finally:
         if ticker is not None:
             ticker.cancel()
@@ -84,7 +87,7 @@ async def run_share(share: Share, start_at: float, *,
     result = ShareResult(share.index, elapsed=elapsed, cpu_seconds=cpu, stopped_by=stopped_by,
                          not_sent=not_sent, lag=run.schedule_lag, span=run.schedule_span,
                          started_at=started_at, worker=f"pid {os.getpid()}",
-                         achieved=meter.result(elapsed))
+                         achieved=meter.result(elapsed), loop_lag=probe.figures())
     return own.complete(result) if own is not None else result
 
 

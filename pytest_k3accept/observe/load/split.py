@@ -196,6 +196,14 @@ class Merged:
         summary["client_cpu_by_process"] = [
             (c / r.elapsed if c is not None and r.elapsed > 0 else None)
             for c, r in zip(self.cpu, self.results)]
+        lags = [r.loop_lag for r in self.results]
+        summary["client_loop_lag_by_process"] = lags
+        worst = [lag["max"] for lag in lags if lag]
+        summary["client_loop_lag"] = (
+            {"max": max(worst), "samples": sum(lag["samples"] for lag in lags if lag),
+             "late_wakeups": sum(lag["late_wakeups"] for lag in lags if lag),
+             "late_seconds": math.fsum(lag["late_seconds"] for lag in lags if lag),
+             "interval": next(lag["interval"] for lag in lags if lag)} if worst else None)
         limited: list[str] = []
         sep = tail = ""
         for share, r in zip(self.shares, self.results):
@@ -206,7 +214,7 @@ class Merged:
                 rate=(share.profile.rate / share.count if share.profile.rate else None),
                 started=len(r.records), elapsed=r.elapsed, cpu_seconds=r.cpu_seconds,
                 achieved=r.achieved or stats.concurrency(r.spans, r.elapsed), lag=r.lag,
-                span=r.span)
+                span=r.span, loop_lag=r.loop_lag["max"] if r.loop_lag else None)
             if said:
                 signs, sep, tail = said.removeprefix(_SAID[0]).partition(_SAID[1])
                 limited.append(f"process {r.index + 1} of {len(self.shares)} ({r.worker}): "

@@ -148,7 +148,8 @@ class ShareResult:
     ``error`` is None for a share that ran to its end; else why it is lost (``partial``).
     ``achieved`` is the share's own achieved concurrency (``{"mean", "max"}`` over its
     ``elapsed``) for a worker that keeps no spans (the runner measures it as it goes); the
-    merge uses ``spans`` when every share sent them, else these figures.
+    merge uses ``spans`` when every share sent them, else these figures. ``loop_lag``: the
+    worker's event-loop probe (:meth:`..looplag.LoopLag.figures`; None: not measured).
     """
 
     index: int
@@ -168,6 +169,7 @@ class ShareResult:
     #: the counts of the last :class:`Batch` the worker delivered (its ``ended`` emptied);
     #: None when none came (what a lost share's message says was kept and lost)
     last_delivery: "Batch | None" = None
+    loop_lag: dict[str, Any] | None = None
 
     @property
     def partial(self) -> bool:
