@@ -57,7 +57,8 @@ def run(corpus: Path) -> list[dict[str, Any]]:
 READ = {"heldout-2": (6, 7), "heldout-3": (6, 7), "heldout-4": (6, 7), "heldout-5": (6, 7),
         "heldout-9": (10, 11), "heldout-11": (11, 12), "heldout-12": (12, 13),
         "heldout-13": (13, 14), "heldout-14": (14, 15), "heldout-15": (15, 16),
-        "heldout-16": (16, 17), "heldout-17": (17, 18), "heldout-18": (18, 19)}
+        "heldout-16": (16, 17), "heldout-17": (17, 18), "heldout-18": (18, 19),
+        "heldout-19": (19, 20)}
 
 
 def _held_out(row: dict[str, Any]) -> bool:
@@ -150,6 +151,7 @@ ROUND_16 = "6bb8736"  # ... and round 16
 ROUND_17 = "2764dbe"  # ... and round 17
 ROUND_18 = "a592390"  # ... and round 18
 ROUND_19 = "a4754e7"  # ... and round 19
+ROUND_20 = "ce1d6dd"  # ... and round 20
 #: fresh batches and the commit whose rules were frozen when each was collected: the batch's
 #: first contact is re-measured with exactly those rules (``--first-contact``)
 FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
@@ -157,7 +159,7 @@ FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
                  "heldout-12": ROUND_12, "heldout-13": ROUND_13,
                  "heldout-14": ROUND_14, "heldout-15": ROUND_15, "heldout-16": ROUND_16,
                  "heldout-17": ROUND_17, "heldout-18": ROUND_18,
-                 "heldout-19": ROUND_19}
+                 "heldout-19": ROUND_19, "heldout-20": ROUND_20}
 
 _CLASSIFY_SPLIT = """
 import json, sys
