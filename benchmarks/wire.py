@@ -113,8 +113,14 @@ def _serve(host: str, port: int, control: Any) -> None:
     async def handle(creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         sreader, swriter = await asyncio.open_connection(host, port)
         conn = _Conn(done, lock)
-        await asyncio.gather(_pipe(creader, swriter, conn.request_bytes),
-                             _pipe(sreader, cwriter, conn.response_bytes))
+        try:
+            await asyncio.gather(_pipe(creader, swriter, conn.request_bytes),
+                                 _pipe(sreader, cwriter, conn.response_bytes))
+        except asyncio.CancelledError:
+            # the relay stopping with a kept-alive connection open: close it quietly (asyncio's
+            # stream callback would print the cancellation as an error)
+            swriter.close()
+            cwriter.close()
 
     async def main() -> None:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
