@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,34 @@ class RayCluster:
         its session), as a machine that goes away mid-run."""
         _kill_session(self.workers[index].pid, signal.SIGKILL)
         self.workers[index].wait()
+
+    @contextlib.contextmanager
+    def killing_client_servers(self, count: int = 1) -> Iterator[list[int]]:
+        """While inside, SIGKILL the next ``count`` server processes that the head's Ray
+        Client server starts for a client (``--mode=specific-server``) as soon as each
+        appears, as one that dies at its start on a busy head; yields their pids."""
+        killed: list[int] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set() and len(killed) < count:
+                for pid in _session_pids(self.head.pid):
+                    try:
+                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if b"specific-server" in cmd and pid not in killed:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                time.sleep(0.02)
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            yield killed
+        finally:
+            stop.set()
+            thread.join()
 
     def client_logs(self) -> str:
         """The end of the Ray Client server's logs (proxy and per-client servers)."""

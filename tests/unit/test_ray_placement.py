@@ -157,6 +157,125 @@ def test_a_gcs_that_exits_the_driver_is_a_placement_error(
         rayplace.connect(FakeRay(gone), "auto", timeout=5)
 
 
+class _Context:
+    """Ray's Ray Client context as the placement reads it: a client worker or None, and a
+    ``disconnect`` that wakes a ``ray.init`` blocked on its Init answer."""
+
+    def __init__(self) -> None:
+        self.client_worker: Any = None
+        self.disconnects = 0
+        self.shutdown = threading.Event()
+
+    def disconnect(self) -> None:
+        self.disconnects += 1
+        self.shutdown.set()
+        self.client_worker = None
+
+
+class ClientRay(FakeRay):
+    """A ``ray`` whose ``init`` goes through a Ray Client context (``util.client.ray``), as
+    Ray 2.60's does: it refuses while the context holds a client worker, sets one before it
+    asks the server, and disconnects when what it was told (``steps``, one per call) raises."""
+
+    def __init__(self, *steps: Any) -> None:
+        super().__init__(self._step)
+        self.steps = list(steps)
+        self.ctx = _Context()
+        ctx = self.ctx
+
+        class Stub:
+            def get_context(self) -> _Context:
+                return ctx
+        self.util = type("util", (), {"client": type("client", (), {"ray": Stub()})})
+
+    def _step(self) -> None:
+        if self.ctx.client_worker is not None:
+            raise Exception("ray.init() called, but ray client is already connected")
+        self.ctx.shutdown.clear()
+        self.ctx.client_worker = object()
+        try:
+            self.steps.pop(0)(self.ctx)
+        except Exception:
+            self.ctx.disconnect()
+            raise
+
+
+def _no_answer(ctx: _Context) -> None:
+    """The proxier never answers Init: woken only by the client's own shutdown."""
+    if ctx.shutdown.wait(30):
+        raise ConnectionError("Data channel shut down")
+
+
+def _init_failure(ctx: _Context) -> None:
+    raise ConnectionAbortedError("Initialization failure from server:\nTraceback ...")
+
+
+def test_a_ray_init_still_waiting_is_closed_so_the_next_connect_works(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake = ClientRay(_no_answer, lambda ctx: None)
+    t0 = time.monotonic()
+    with pytest.raises(PlacementError, match=r"'auto' did not answer within 0.5 s "
+                                             r"\(ray.init still waiting; its connection is "
+                                             r"being closed\)"):
+        rayplace.connect(fake, "auto", timeout=0.5)
+    assert time.monotonic() - t0 < 2
+    assert rayplace.connect(fake, "auto", timeout=5) is True  # not "already connected"
+    assert fake.calls == ["auto", "auto"] and fake.ctx.disconnects >= 1
+    assert fake.ctx.client_worker is not None  # the new connection, not closed by the old
+
+
+def test_a_ray_init_that_never_unwinds_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    release = threading.Event()
+    fake = ClientRay(lambda ctx: release.wait(30), lambda ctx: None)  # deaf to its shutdown
+    try:
+        with pytest.raises(PlacementError, match="did not answer within 0.3 s"):
+            rayplace.connect(fake, "auto", timeout=0.3)
+        with pytest.raises(PlacementError, match=r"'auto': not connecting: an earlier "
+                                                 r"ray.init of this process is still waiting"):
+            rayplace.connect(fake, "auto", timeout=0.3)
+        assert fake.calls == ["auto"]
+    finally:
+        release.set()
+    assert rayplace.connect(fake, "auto", timeout=5) is True  # it unwound: connects again
+    assert fake.calls == ["auto", "auto"] and not rayplace._unfinished
+
+
+def test_a_half_open_client_left_by_anything_is_closed_first(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake = ClientRay(lambda ctx: None)
+    fake.ctx.client_worker = object()  # half open, not initialized
+    deadline = time.monotonic() + 5
+    assert rayplace.connect(fake, "auto", timeout=5) is True
+    assert fake.ctx.disconnects == 1 and time.monotonic() < deadline
+    assert "half-open Ray Client connection" in caplog.text
+
+
+def test_the_client_servers_start_failure_is_tried_once_more(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake = ClientRay(_init_failure, lambda ctx: None)
+    assert rayplace.connect(fake, "auto", timeout=5) is True
+    assert fake.calls == ["auto", "auto"] and fake.ctx.disconnects == 1
+    assert "could not start this client's server" in caplog.text
+    twice = ClientRay(_init_failure, _init_failure)
+    with pytest.raises(PlacementError) as exc:
+        rayplace.connect(twice, "auto", timeout=5)
+    text = str(exc.value)
+    assert "ConnectionAbortedError: Initialization failure from server" in text
+    assert "a first try failed after " in text and "RAY_CLIENT_SERVER_CHECK_CHANNEL" in text
+    assert twice.calls == ["auto", "auto"] and twice.ctx.client_worker is None
+
+    def refused(ctx: _Context) -> None:
+        raise ConnectionError("refused")
+    other = ClientRay(refused, lambda ctx: None)
+    with pytest.raises(PlacementError, match="ConnectionError: refused"):
+        rayplace.connect(other, "auto", timeout=5)  # any other failure: no second try
+    assert other.calls == ["auto"]
+
+
 def test_run_load_with_an_unreachable_cluster_says_so_before_sending() -> None:
     import asyncio
 

@@ -11,10 +11,18 @@ store. Nothing of a protocol of its own: Ray's client, actors and object store.
 * **Connecting**: ``"ray://HOST:PORT"`` through the Ray Client (this process stays a client,
   not a node of the cluster), ``"auto"``: ``RAY_ADDRESS``, else the cluster running on this
   machine (``ray.init(address="auto")``). A TCP probe first says at once that nothing
-  listens; ``ray.init`` runs in a thread bounded by ``connect_timeout`` (60 s: the Ray Client
-  server starts a server process per client, seconds on a busy machine; Ray's own client gives
+  listens; ``ray.init`` runs in a thread bounded by ``connect_timeout`` (120 s: the Ray Client
+  server starts a server process per client, seconds on a busy machine, and Ray's client
+  needs up to a minute to fail when that process dies; Ray's own client gives
   up after ~30 s of no answer, a driver waits for a GCS for minutes). A connection this placement opened is
-  closed after the run; one the caller opened is used and left open.
+  closed after the run; one the caller opened is used and left open. When the Ray Client
+  server could not start the server process it runs for this client ("Initialization failure
+  from server": the process died or did not answer in time on a busy head), the connection
+  is tried once more (a second ``connect_timeout``), as it was seen to fail once and not the
+  next time. A ``ray.init`` still waiting at the bound leaves no half-open client behind: Ray
+  would refuse every later ``ray.init`` of the process ("ray client is already connected"),
+  so it is disconnected, and the next connect waits for it to unwind (bounded) and closes a
+  half-open client left by anything else.
 * **The start**: every actor is created and reports where it runs (its constructor has
   imported the HTTP stack); then every one gets the same ``start_at`` = now + ``start_margin``
   (the nodes' clocks must agree to well under that: NTP does).
@@ -58,11 +66,14 @@ EXTRA = "pip install 'pytest-k3accept[ray]'"
 CLIENT_PORT = 10001
 #: seconds between the agreed start and the moment it is agreed
 START_MARGIN = 0.5
-#: seconds ``ray.init`` may take
-CONNECT_TIMEOUT = 60.0
+#: seconds ``ray.init`` may take (Ray's client fails a connection whose server process the
+#: Ray Client server could not start after that server's wait, 30 s by default, plus its own
+#: clean-up: well inside this bound)
+CONNECT_TIMEOUT = 120.0
 #: seconds the cluster may take to place every actor and have it ready
 READY_TIMEOUT = 120.0
 _POLL = 0.25
+log = logging.getLogger(__name__)
 #: seconds to fetch a drain() answer that Ray says is ready (it may live on another node)
 FETCH_TIMEOUT = 30.0
 
@@ -109,15 +120,58 @@ def probe(cluster: str, address: str, timeout: float) -> None:
             "--ray-client-server-port PORT)?") from None
 
 
-def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
-    """Connect to ``cluster`` within ``timeout`` s; True when this call opened the
-    connection (then the caller closes it), False when Ray was already initialized."""
-    if ray.is_initialized():
+def _client_context(ray: Any) -> Any:
+    """Ray's default Ray Client context (None for a ``ray`` without the client)."""
+    stub = getattr(getattr(getattr(ray, "util", None), "client", None), "ray", None)
+    try:
+        return stub.get_context() if stub is not None else None
+    except Exception:  # noqa: BLE001 - another Ray's layout: nothing to close
+        return None
+
+
+#: a ``ray.init`` of this process that was still waiting at its bound, being closed
+_unfinished: list[threading.Thread] = []
+
+
+def close_half_open(ray: Any) -> bool:
+    """Start disconnecting a Ray Client connection that is not initialized but holds a client
+    worker (a ``ray.init`` still waiting, or one that failed half way); True when there was
+    one. The context is disconnected itself (Ray's module-level ``disconnect`` only reaches
+    contexts that finished connecting), in a thread of its own: Ray's client joins its
+    streams, which end only when the Ray Client server gives up on its side (its
+    ``RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S``), and a ``ray.init`` blocked on its Init
+    answer wakes on that shutdown."""
+    ctx = _client_context(ray)
+    if ctx is None or getattr(ctx, "client_worker", None) is None:
         return False
-    address = address_of(cluster)
-    shown = cluster if address == cluster else f"{cluster} = {address}"
-    t0 = time.monotonic()
-    probe(shown, address, min(5.0, timeout))
+    threading.Thread(target=ctx.disconnect, name="k3-ray-close", daemon=True).start()
+    return True
+
+
+def _settle(ray: Any, timeout: float) -> str | None:
+    """Wait up to ``timeout`` s for an earlier ``ray.init`` of this process that is still
+    unwinding (its own clean-up must end before a new connection, or it would close that
+    one), then close a half-open client; a reason when it is still waiting."""
+    for thread in list(_unfinished):
+        thread.join(max(0.1, timeout))
+        if thread.is_alive():
+            return ("an earlier ray.init of this process is still waiting for the cluster "
+                    f"({timeout:g} s more did not end it)")
+        _unfinished.remove(thread)
+    if close_half_open(ray):
+        log.warning("k3accept: a half-open Ray Client connection (an earlier ray.init that "
+                    "did not complete) was closed before connecting")
+    return None
+
+
+#: Ray's word for the Ray Client server's failure to start this client's server process
+INIT_FAILURE = "Initialization failure from server"
+
+
+def _attempt(ray: Any, address: str, timeout: float) -> BaseException | None:
+    """One bounded ``ray.init``: None when connected, the exception it raised, or
+    :class:`TimeoutError` when it was still waiting at ``timeout`` (then its connection is
+    being closed, and the next connect waits for it: :func:`_settle`)."""
     failed: list[BaseException] = []
 
     def init() -> None:
@@ -128,24 +182,56 @@ def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
             failed.append(exc)
     thread = threading.Thread(target=init, name="k3-ray-connect", daemon=True)
     thread.start()
-    thread.join(max(0.1, timeout - (time.monotonic() - t0)))
+    thread.join(max(0.1, timeout))
+    if thread.is_alive():
+        _unfinished.append(thread)
+        close_half_open(ray)
+        return TimeoutError()
+    return failed[0] if failed else None
+
+
+def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
+    """Connect to ``cluster`` within ``timeout`` s (twice that when the Ray Client server
+    failed to start this client's server and the second try is made); True when this call
+    opened the connection (then the caller closes it), False when Ray was already
+    initialized."""
+    if ray.is_initialized():
+        return False
+    address = address_of(cluster)
+    shown = cluster if address == cluster else f"{cluster} = {address}"
+    t0 = time.monotonic()
+    probe(shown, address, min(5.0, timeout))
     versions = (f"this client runs Ray {getattr(ray, '__version__', '?')} on Python "
                 f"{'.'.join(map(str, __import__('sys').version_info[:3]))}, which the "
                 "cluster's must match")
-    if thread.is_alive():
-        raise PlacementError(f"Ray cluster {shown!r} did not answer within {timeout:g} s "
-                             f"(ray.init still waiting); check the address ({versions})")
-    if failed:
-        exc = failed[0]
+    busy = _settle(ray, timeout)
+    if busy:
+        raise PlacementError(f"Ray cluster {shown!r}: not connecting: {busy} ({versions})")
+    earlier = ""
+    for tries in (1, 2):
+        t_try = time.monotonic()
+        exc = _attempt(ray, address, timeout - (t_try - t0) if tries == 1 else timeout)
+        if exc is None:
+            return True
+        if isinstance(exc, TimeoutError):
+            raise PlacementError(f"Ray cluster {shown!r} did not answer within {timeout:g} s "
+                                 f"(ray.init still waiting; its connection is being closed){earlier}; check the "
+                                 f"address ({versions})")
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        if INIT_FAILURE in said and tries == 1:
+            earlier = (f"; a first try failed after {time.monotonic() - t_try:.1f} s the "
+                       f"same way ({INIT_FAILURE})")
+            log.warning("k3accept: Ray cluster %r: the Ray Client server could not start "
+                        "this client's server (%s); trying once more", shown, said)
+            continue
         hint = (" The Ray Client server gave up waiting for the server process it starts "
                 "per client (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default, read "
                 "by the head node): a busy head needs it longer."
-                if "Initialization failure from server" in said else "")
+                if INIT_FAILURE in said else "")
         raise PlacementError(f"Ray cluster {shown!r}: connecting failed after "
                              f"{time.monotonic() - t0:.1f} s: {type(exc).__name__}: {said} "
-                             f"({versions}).{hint}")
-    return True
+                             f"({versions}){earlier}.{hint}")
+    raise AssertionError("unreachable")
 
 
 class _ShareWorker:
