@@ -112,7 +112,10 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"GPUs with compute capability below \d\.\d are not supported|"
            # V0's DeviceConfig finds no platform at all (no CUDA / ROCm / NPU ... visible to
            # the process, e.g. a Ray actor given no GPU; OpenRLHF#233, round 17)
-           r"No supported device detected")
+           r"No supported device detected|"
+           # V1's platform detection found no device platform at all (logged at INFO; vLLM
+           # cannot run on UnspecifiedPlatform: a container without the GPU runtime; round 21)
+           r"No platform detected, vLLM is running on UnspecifiedPlatform")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
@@ -135,7 +138,12 @@ _KERNEL_IMAGE = (r"no kernel image is available|HIP error: invalid device functi
                  # the model's shape ("SM120 sparse-MLA has no decode kernel for this shape":
                  # FlashInfer's sm_120 set; the SM90a / SM100 kernels are not built for it;
                  # round 20)
-                 r"\bSM\d+\w* [\w-]+ has no \w+ kernel for\b")
+                 r"\bSM\d+\w* [\w-]+ has no \w+ kernel for\b|"
+                 # PyTorch's check at CUDA init: the installed build has no kernels for this
+                 # GPU's architecture (its UserWarning; the kernels fail when first launched;
+                 # round 21)
+                 r"with CUDA capability sm_\d+ is not compatible with the current PyTorch "
+                 r"installation")
 _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments)|"
            r"^\S*\s*error: unrecognized arguments|validation errors? for \w*(?:Config|Args)\b|"
            r"User-specified max_model_len|must be divisible by|Address already in use|"
@@ -234,7 +242,8 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
           # a CUDA kernel's own assertion, printed by the device for each thread ("...cu:16:
           # vectorized_gather_kernel: block: [42,0,0], thread: [224,0,0] Assertion `...`
           # failed."), before "device-side assert triggered" (round 19)
-          r"\.cu:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
+          # (any function name: "IndexKernel.cu:94: operator(): block: ..."; round 21)
+          r"\.cu:\d+: .{1,300}?: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|"
           # a worker process ended by a signal the CPU raises for the code it ran (SIGILL,
           # SIGBUS, SIGFPE, SIGSEGV), as V1's multiprocessing executor reports it ("Worker proc
           # VllmWorker-0 died unexpectedly (exit code: -4)"): a native crash, not a kill (-9)
@@ -247,7 +256,11 @@ _FAULT = (r"illegal memory access|Memory access fault by GPU|misaligned address|
 #: transfer, Mooncake's transfer engine (a connection failure, and shown only while serving)
 _KV_TRANSFER = (r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Handshake failed "
                 r"for request|Mooncake transfer failed for request|Sync batch data transfer "
-                r"timeout")
+                r"timeout|"
+                # Mooncake Store's client (its glog E lines: a put whose transfer failed after
+                # its retries; round 21)
+                r"Put operation failed with error: TRANSFER_FAIL|"
+                r"\bTransfer failed for task\d*\s*$|transfer_incomplete max_attempts=")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -285,6 +298,9 @@ _INTERCONNECT = (
     # (nixl_status_t: NIXL_ERR_BACKEND, NIXL_ERR_REMOTE_DISCONNECT ...) raised as
     # nixl._bindings.nixl*Error (round 12)
     r"\bNIXL_ERR_[A-Z_]+|nixl\w*Error\b|"
+    # ... and its UCX backend's error report (ucx_utils.cpp, a glog W line that names an
+    # error; llm-d decode pods; round 21)
+    r"Unexpected UCX error: |"
     # Ray's GCS drops a node whose raylet stopped answering (its list of reasons that
     # follows is Ray's guess, see SPECULATION; round 13)
     r"has been marked dead because the detector has missed too many heartbeats|"
@@ -334,6 +350,9 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           r"Worker failed with error|Engine loop has died|is already dead|"
           r"Background loop has errored|Engine background task failed|Task finished unexpectedly|"
           r"EngineCore hit an exception|EngineCore failed to start|Exception in ASGI application|"
+          # KServe's model server (its vLLM runtime) failing to start, its cause after the colon
+          # (round 21)
+          r"\bFailed to start model server: |"
           # V1's multiprocessing executor: a worker's init raised (its cause above it; round 16)
           r"WorkerProc failed to start|"
           r"Engine core initialization failed|"
@@ -394,6 +413,9 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     # that block stays none; the server's context is too small for the team's requests)
     ("bad-arguments", "config", 2, re.compile(
         r"Bfloat16 is only supported on GPUs with compute capability|"
+        # the function that raises it, when the message itself was cut (round 21)
+        r'", line \d+, in _check_if_gpu_supports_dtype$|'
+
         r"This model's maximum context length is \d+ tokens\. However, you requested", _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
@@ -457,6 +479,8 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
                             # ... or the driver's own library (a container the GPU runtime
                             # did not give the driver to; round 20)
                             r"libcuda\.so[.\d]*: cannot open shared object file)|"
+                            # no device platform found (INFO; round 21)
+                            r"No platform detected, vLLM is running on UnspecifiedPlatform|"
                             r"Available KV cache memory: -\d|memory reserved for KV Cache is -\d|"
                             r"# (?:GPU|cuda) blocks: 0\b|"
                             # V1 0.32: a worker that got SystemExit with no shutdown requested
@@ -517,6 +541,10 @@ STARTED = re.compile(r"Platform plugin \S+ is activated|Automatically detected p
                      # config", V1 "Initializing a V1 LLM engine (v0.x) with config") and the
                      # model config's resolution, both before the weights (round 20)
                      r"Initializing an? (?:V1 )?LLM engine\b|Resolved architecture: |"
+                     # a worker's distributed set-up (parallel_state), before the weights
+                     # (round 21)
+                     r"world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method=|"
+                     r"rank \d+ in world size \d+ is assigned as DP rank|"
                      r"Using max model len \d+", _I)
 #: a line that marks lines cut out of a posted log (``[...]``, ``...``, ``…``), alone or after
 #: vLLM's level / time / logger prefix
@@ -560,7 +588,9 @@ TRIGGERS = (
     "flash attention extensions", "too old", "could not run", "lmcache", "mooncake",
     "exception in callback", "cuda failure", "programallocation", "not possible",
     "assertion", "handshake failed", "403 client", "path-like", "sync batch", "kernel for",
-    "requires you to execute", "rpc socket", "force kill actor", "mq.dequeue", "linkestablish")
+    "requires you to execute", "rpc socket", "force kill actor", "mq.dequeue", "linkestablish",
+    "unspecifiedplatform", "not compatible with the current pytorch", "transfer", "ucx error",
+    "failed to start model server", "supports_dtype")
 
 
 def may_match(text: str) -> bool:
@@ -771,6 +801,12 @@ FRAME_STAGE: dict[str, int] = {
     # a KV connector saving a request's blocks (tpu-inference's offload) and Ray's compiled
     # graph, which runs only the engine's steps (round 18)
     **dict.fromkeys(("start_save_kv", "_execute_until"), SERVING),
+    # transformers-neuronx moving a model onto the NeuronCores (its caches with it): AWS
+    # Neuron's load (round 21)
+    "to_neuron": LOADING,
+    # a request handed to the engine (V1's LLMEngine / AsyncLLM, V0's): only once init is done,
+    # to serve it (round 21)
+    **dict.fromkeys(("add_request", "_add_request", "_validate_and_add_requests"), SERVING),
 }
 #: the sleep-mode frames of FRAME_STAGE: a traceback they place, its message cut, is a failure
 #: after init that is no request's step (``unknown`` at "after init", not ``serving``)
