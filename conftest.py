@@ -43,6 +43,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     return report
 
 
+#: what an inner run's failure message carries at most (lines)
+_INNER_LINES = 25
+
+
+def _inner_failures(result: pytest.RunResult) -> str:
+    """The lines of an inner pytest run that say why its tests did not pass: its short
+    summary's FAILED / ERROR lines and the ``E`` lines of its tracebacks."""
+    keep = [ln for ln in result.outlines
+            if ln.startswith(("FAILED ", "ERROR ")) or ln.startswith("E ")]
+    return "\n".join(keep[:_INNER_LINES]) or "\n".join(result.outlines[-_INNER_LINES:])
+
+
+_assert_outcomes = pytest.RunResult.assert_outcomes
+
+
+def _assert_outcomes_saying_why(self: pytest.RunResult, *args: Any, **kwargs: Any) -> None:
+    try:
+        _assert_outcomes(self, *args, **kwargs)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nthe inner run said:\n{_inner_failures(self)}") from None
+
+
+# A plugin test whose inner run's counts differ fails with the inner run's own failure lines in
+# its message: CI's excerpt of a failed run shows the message and cuts captured output (the
+# failed `test_platform_with_launched_testbed` of c2f7b75's run showed only the counts)
+pytest.RunResult.assert_outcomes = _assert_outcomes_saying_why  # type: ignore[method-assign]
+
+
 @dataclass
 class TestbedServer:
     """A running testbed server: URL, log, process and the variant it serves."""
