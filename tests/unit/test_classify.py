@@ -838,3 +838,46 @@ def test_the_api_servers_start_lines_are_not_serving() -> None:
                  "plugins for group vllm.platform_plugins found."):
         assert classify("spark:2528:2528 [0] " * line.startswith("NCCL") + line + "\n",
                         ended=False).stage == "before-loading"
+
+
+# round 22 (corpus README, "Round 22 rules"): the decisions, each on lines of the shape it was
+# read from
+
+def test_shm_broadcasts_notice_is_no_failure_at_any_level() -> None:
+    notice = ("No available shared memory broadcast block found in 60 seconds. This typically "
+              "happens when some processes are hanging or doing some time-consuming work (e.g. "
+              "compilation).\n")
+    assert classify(notice, ended=True).category == "none"  # pasted without its INFO prefix
+    # ... but a TimeoutError after it is still that wait failing
+    timeout = "ERROR 02-03 22:43:35 [core.py:968] TimeoutError\n"
+    assert classify(notice + timeout, exit_code=1, ended=True).category == "connection"
+
+
+@pytest.mark.parametrize("line", [
+    "ValueError: TT-LLama8B and TT-Llama11B do not support max_model_len greater than 32768 on "
+    "N150 (received 65536). Set --max_model_len to 32768 or lower in vLLM.",
+    "ERROR 06-01 13:18:12 [core.py:1341]     peft_helper.validate_legal(self.lora_config)",
+    "ERROR 03-05 16:30:27 [serving.py:323] vllm.entrypoints.chat_utils.ChatTemplateResolution"
+    "Error: As of transformers v4.44, default chat template is no longer allowed, so you must "
+    "provide a chat template if the tokenizer does not define one.",
+])
+def test_configuration_met_late_claims_no_stage(line: str) -> None:
+    # checked when the model, an adapter or a request meets it: config, but not "before
+    # loading" (arguments and the config are checked there; these are not)
+    got = classify(line + "\n", exit_code=1, ended=True)
+    assert got.category == "config" and got.stage != "before-loading", got.summary()
+
+
+def test_a_line_raised_only_while_loading_shows_loading() -> None:
+    line = ("(EngineCore_DP0 pid=5765) ERROR 01-05 22:46:36 [gpu_model_runner.py:3797] Failed to "
+            "load model - not enough GPU memory. Try lowering --gpu-memory-utilization (original "
+            "error: CUDA out of memory. Tried to allocate 384.00 MiB.)\n")
+    got = classify(line, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("loading", "loading"), got.summary()
+
+
+def test_tcpstores_rendezvous_timeout_is_a_connection_before_loading() -> None:
+    line = ("torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. "
+            "1/4 clients joined.\n")
+    got = classify(line, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("connection", "before-loading"), got.summary()

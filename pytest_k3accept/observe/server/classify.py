@@ -288,7 +288,10 @@ def decide(scan: Scanner, *, exit_code: int | None = None,
 
 
 def _stage_at(scan: Scanner, hit: Hit, http: HttpObservations) -> int:
-    floor = KV if hit.kind == "kv-capacity-at-init" else BEFORE  # raised only while KV is sized
+    # lines raised only while the KV cache is sized, or only while the weights are read
+    # ("Failed to load model - not enough GPU memory"; round 22)
+    floor = KV if hit.kind == "kv-capacity-at-init" else LOADING if hit.kind == "loading" \
+        else BEFORE
     if hit.kind == "oom" and scan.sampler_frame and scan.startup_failed and hit.stage < KV:
         floor = KV  # the sampler before init is done: the KV-sizing run's (round 18)
     return max(hit.stage, floor, _tl_stage(scan.timeline, hit.line.lineno, http))

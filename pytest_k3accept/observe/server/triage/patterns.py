@@ -115,7 +115,12 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"No supported device detected|"
            # V1's platform detection found no device platform at all (logged at INFO; vLLM
            # cannot run on UnspecifiedPlatform: a container without the GPU runtime; round 21)
-           r"No platform detected, vLLM is running on UnspecifiedPlatform")
+           r"No platform detected, vLLM is running on UnspecifiedPlatform|"
+           # the model config's check of the quantization method's kernels against the GPU
+           # generation (V0 0.2 on; "Minimum capability: 75. Current capability: 70": a V100
+           # for AWQ; round 22)
+           r"is not supported for the current GPU\. Minimum capability: \d+\. Current "
+           r"capability: \d+")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
@@ -200,7 +205,10 @@ _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"memory reserved for KV Cache is -\d|# (?:GPU|cuda) blocks: 0\b|"
        # vllm-rbln (Rebellions NPUs) sizing the KV cache at init, with its advice to lower
        # --num-gpu-blocks-override (round 16)
-       r"Not enough memory for \d+ blocks of KV cache")
+       r"Not enough memory for \d+ blocks of KV cache|"
+       # a hybrid (Mamba / GDN) model's state cache at init: fewer blocks than --max-num-seqs
+       # asks, one per decoding sequence (round 22)
+       r"exceeds available Mamba cache blocks")
 _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              # the end of the Ray memory monitor's kill message (printed only when it killed
              # a worker): its documentation link and retry advice (lmm-r1#71)
@@ -216,6 +224,8 @@ _OOM = (r"can'?t allocate memory|(?:CUDA|HIP|XPU|NPU|MPS) out of memory|OutOfMem
         r"Triton Error \[(?:CUDA|HIP)\]: out of memory|"
         # torch's caching allocator warning (CUDACachingAllocator.cpp)
         r"memory allocation failed with OOM on device|"
+        # ... and its expandable segments failing to map more (round 22)
+        r"memory mapping failed with OOM on device|"
         # V0's scheduler, out of its CPU swap area when it preempts by swapping: the KV cache
         # was full while serving (tune-3's h2 and heldout-14's h14a read alike, round 15)
         r"Aborted due to the lack of CPU swap space|"
@@ -260,16 +270,24 @@ _KV_TRANSFER = (r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Han
                 # Mooncake Store's client (its glog E lines: a put whose transfer failed after
                 # its retries; round 21)
                 r"Put operation failed with error: TRANSFER_FAIL|"
-                r"\bTransfer failed for task\d*\s*$|transfer_incomplete max_attempts=")
+                r"\bTransfer failed for task\d*\s*$|transfer_incomplete max_attempts=|"
+                # Mooncake's transfer engine: a slice of a KV transfer that failed (round 22)
+                r"Worker: Process failed for slice \(")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
     r"\b(?:ibv_\w+|RDMA|mlx5\w*)\b.*\b(?:fail\w*|error)|"
+    # an RDMA work completion's status IBV_WC_RETRY_EXC_ERR in its words (Mooncake's transfer
+    # engine logs it per slice; round 22)
+    r"transport retry counter exceeded|"
     r"(?:DeepEP|pplx|nvshmem|all2all|all-to-all|alltoall)\b.*\b(?:fail\w*|error|timed? ?out)|"
     r"Gloo connectFullMesh failed|gloo/transport/\S+\] Timed out waiting|"
     r"Timed out waiting \d+ms for (?:send|recv) operation|"
     r"(?:TCPStore|c10d|rendezvous)\b.*\b(?:timed out|failed|refused)|RPC call to \w+ timed out|"
-    r"No available shared memory broadcast block|RayChannelTimeoutError|"
+    # (shm_broadcast's "No available shared memory broadcast block" notice is no evidence at
+    # any level, even pasted without its INFO prefix: a busy or slow process logs it too;
+    # a TimeoutError after it is the wait failing, scan.SHM_WAIT; round 22)
+    r"RayChannelTimeoutError|"
     r"GetTimeoutError|RaySystemError|Connection reset by peer.*(?:NCCL|gloo)|"
     # Ascend's collective library (torch_npu): "HCCL function error: hcclCommInitRootInfoConfig
     # (...), error code is 1" and "ERR02200 DIST call hccl api failed" (vllm-ascend#3367)
@@ -307,6 +325,8 @@ _INTERCONNECT = (
     # Ray's compiled graph (the V1 Ray executor's channel between the engine and its
     # workers) failing in its own channel code (round 13)
     r"ray/experimental/channel/[\w/]+\.py\", line \d+, in \w+$|"
+    # ... and its mutable objects pushed between nodes by the raylet (round 22)
+    r"Error pushing mutable object: RpcError|Status not OK: ChannelError: Channel closed|"
     # the Ray executor waiting for its placement group: the cluster cannot give the GPUs
     # the engine asked for (round 16)
     r"Waiting for creating a placement group of specs|"
@@ -404,6 +424,11 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("rpc-wait-frame", "connection", 2, re.compile(
         r'shm_broadcast\.py", line \d+, in (?:acquire_read|dequeue|timeout_ms)')),
     ("interconnect", "connection", 2, re.compile(_INTERCONNECT, _I)),
+    # TCPStore's own message when the other ranks never joined its rendezvous (DistStoreError:
+    # V0's MQLLMEngine and V1's data parallel): raised only while the process groups are made,
+    # before the weights (BEFORE_RULES; round 22)
+    ("store-rendezvous", "connection", 2, re.compile(
+        r"Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined", _I)),
     # tier 2, so that a failure of tier 1 beside them is the cause (round 16): the dtype check
     # of the model config, bf16 asked of a GPU without it ("You can use float16 instead"),
     # where a GPU too old for the release altogether (the platform's "compute capability
@@ -414,9 +439,20 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     ("bad-arguments", "config", 2, re.compile(
         r"Bfloat16 is only supported on GPUs with compute capability|"
         # the function that raises it, when the message itself was cut (round 21)
-        r'", line \d+, in _check_if_gpu_supports_dtype$|'
-
-        r"This model's maximum context length is \d+ tokens\. However, you requested", _I)),
+        r'", line \d+, in _check_if_gpu_supports_dtype$', _I)),
+    # configuration that is checked only when the model, an adapter or a request meets it, so
+    # its line shows no stage (not in BEFORE_RULES; round 22): the OpenAI server refusing a
+    # prompt + max_tokens over --max-model-len (round 16, see above); a platform's own limit
+    # on --max-model-len checked by its model (tt-metal's); the LoRA manager validating an
+    # adapter against the LoRA config (rank above --max-lora-rank ...: its frame, or its call
+    # as the traceback's last line); a chat request to a model whose tokenizer has no chat
+    # template and none was given (outside serving_chat's handled block)
+    ("late-config", "config", 2, re.compile(
+        r"This model's maximum context length is \d+ tokens\. However, you requested|"
+        r"\bdo(?:es)? not support max_model_len greater than \d+|"
+        r'", line \d+, in validate_legal$|\bpeft_helper\.validate_legal\(|'
+        r"ChatTemplateResolutionError: |you must provide a chat template if the tokenizer "
+        r"does not define one", _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
         # a library or JIT-built extension that cannot be loaded (ctypes / torch's dlopen:
@@ -590,7 +626,9 @@ TRIGGERS = (
     "assertion", "handshake failed", "403 client", "path-like", "sync batch", "kernel for",
     "requires you to execute", "rpc socket", "force kill actor", "mq.dequeue", "linkestablish",
     "unspecifiedplatform", "not compatible with the current pytorch", "transfer", "ucx error",
-    "failed to start model server", "supports_dtype")
+    "failed to start model server", "supports_dtype", "clients joined", "mutable object",
+    "channelerror", "mamba cache", "current capability", "max_model_len greater",
+    "validate_legal", "chat template", "retry counter", "failed for slice")
 
 
 def may_match(text: str) -> bool:
@@ -860,7 +898,7 @@ BEFORE_FRAMES = frozenset({
     "_new_process_group_helper", "_new_group_with_tag", "new_group"})
 #: rules whose line is raised only before loading: arguments and config are checked (and the
 #: API server's port bound) before the engine starts; imports happen at the start
-BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image"})
+BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image", "store-rendezvous"})
 #: a frame's function name, whatever the line's prefix (the loose form, for BEFORE_FRAMES):
 #: ``File "x.py", line 9, in init_device`` and faulthandler's ``File "x.py", line 9 in f``
 ANY_FRAME = re.compile(r'(?:File "[^"]+"|^[^"]*), line \d+,? in (\w+)\s*'

@@ -185,12 +185,12 @@ class Scanner:
             self._prev = text
             self._order += 1
             return
+        if SHM_WAIT.search(text):  # at any level (pasted without its INFO prefix too)
+            self._shm_wait = self._order
         if ACCESS_5XX.search(text):
             self.tail.append(line)
         elif level in _QUIET and not QUIET_EVIDENCE.search(text):
             self.last_activity = line.lineno
-            if SHM_WAIT.search(text):
-                self._shm_wait = self._order
         elif not NOT_EVIDENCE.search(text):
             self._rules(line, text)
             if level is not None or EXCEPTION.search(text) or TRACEBACK.search(text) \
