@@ -207,31 +207,34 @@ def connect(ray: Any, cluster: str, timeout: float = CONNECT_TIMEOUT) -> bool:
     busy = _settle(ray, timeout)
     if busy:
         raise PlacementError(f"Ray cluster {shown!r}: not connecting: {busy} ({versions})")
+    t_try = time.monotonic()
+    exc = _attempt(ray, address, timeout - (t_try - t0))
     earlier = ""
-    for tries in (1, 2):
-        t_try = time.monotonic()
-        exc = _attempt(ray, address, timeout - (t_try - t0) if tries == 1 else timeout)
-        if exc is None:
-            return True
-        if isinstance(exc, TimeoutError):
-            raise PlacementError(f"Ray cluster {shown!r} did not answer within {timeout:g} s "
-                                 f"(ray.init still waiting; its connection is being closed){earlier}; check the "
-                                 f"address ({versions})")
-        said = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        if INIT_FAILURE in said and tries == 1:
-            earlier = (f"; a first try failed after {time.monotonic() - t_try:.1f} s the "
-                       f"same way ({INIT_FAILURE})")
-            log.warning("k3accept: Ray cluster %r: the Ray Client server could not start "
-                        "this client's server (%s); trying once more", shown, said)
-            continue
-        hint = (" The Ray Client server gave up waiting for the server process it starts "
-                "per client (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default, read "
-                "by the head node): a busy head needs it longer."
-                if INIT_FAILURE in said else "")
-        raise PlacementError(f"Ray cluster {shown!r}: connecting failed after "
-                             f"{time.monotonic() - t0:.1f} s: {type(exc).__name__}: {said} "
-                             f"({versions}){earlier}.{hint}")
-    raise AssertionError("unreachable")
+    if exc is not None and not isinstance(exc, TimeoutError) and INIT_FAILURE in _said(exc):
+        earlier = (f"; a first try failed after {time.monotonic() - t_try:.1f} s the same "
+                   f"way ({INIT_FAILURE})")
+        log.warning("k3accept: Ray cluster %r: the Ray Client server could not start this "
+                    "client's server (%s); trying once more", shown, _said(exc))
+        exc = _attempt(ray, address, timeout)
+    if exc is None:
+        return True
+    if isinstance(exc, TimeoutError):
+        raise PlacementError(f"Ray cluster {shown!r} did not answer within {timeout:g} s "
+                             "(ray.init still waiting; its connection is being closed)"
+                             f"{earlier}; check the address ({versions})")
+    said = _said(exc)
+    hint = (" The Ray Client server gave up waiting for the server process it starts "
+            "per client (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S, 30 s by default, read "
+            "by the head node): a busy head needs it longer." if INIT_FAILURE in said else "")
+    raise PlacementError(f"Ray cluster {shown!r}: connecting failed after "
+                         f"{time.monotonic() - t0:.1f} s: {type(exc).__name__}: {said} "
+                         f"({versions}){earlier}.{hint}")
+
+
+def _said(exc: BaseException) -> str:
+    """The first line of what an exception says (its repr when it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
 
 
 class _ShareWorker:
