@@ -83,18 +83,17 @@ class RayCluster:
     def killing_client_servers(self, count: int = 1) -> Iterator[list[int]]:
         """While inside, SIGKILL the next ``count`` server processes that the head's Ray
         Client server starts for a client (``--mode=specific-server``) as soon as each
-        appears, as one that dies at its start on a busy head; yields their pids."""
+        appears, as one that dies at its start on a busy head; yields their pids. Servers
+        already running when it starts (an earlier client's, kept for Ray's reconnect grace
+        period) are left alone."""
         killed: list[int] = []
         stop = threading.Event()
+        before = set(self.client_servers())
 
         def watch() -> None:
             while not stop.is_set() and len(killed) < count:
-                for pid in _session_pids(self.head.pid):
-                    try:
-                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if b"specific-server" in cmd and pid not in killed:
+                for pid in self.client_servers():
+                    if pid not in before and pid not in killed:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
                         killed.append(pid)
@@ -106,6 +105,15 @@ class RayCluster:
         finally:
             stop.set()
             thread.join()
+
+    def client_servers(self) -> list[int]:
+        """Pids of the server processes the head's Ray Client server runs for its clients."""
+        found = []
+        for pid in _session_pids(self.head.pid):
+            with contextlib.suppress(OSError):
+                if b"specific-server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+        return found
 
     def client_logs(self) -> str:
         """The end of the Ray Client server's logs (proxy and per-client servers)."""
