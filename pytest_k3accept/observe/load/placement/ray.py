@@ -60,6 +60,8 @@ from typing import Any, Sequence
 from . import (DELIVER_EVERY, GRACE_S, Batch, Delivery, PlacementError, ProgressCallback,
                Share, ShareResult)
 
+log = logging.getLogger(__name__)
+
 #: what to install for this placement
 EXTRA = "pip install 'pytest-k3accept[ray]'"
 #: the Ray Client server's default port (``ray start --ray-client-server-port``)
@@ -73,7 +75,6 @@ CONNECT_TIMEOUT = 120.0
 #: seconds the cluster may take to place every actor and have it ready
 READY_TIMEOUT = 120.0
 _POLL = 0.25
-log = logging.getLogger(__name__)
 #: seconds to fetch a drain() answer that Ray says is ready (it may live on another node)
 FETCH_TIMEOUT = 30.0
 

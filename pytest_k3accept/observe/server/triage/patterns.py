@@ -432,17 +432,17 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     # tier 2, so that a failure of tier 1 beside them is the cause (round 16): the dtype check
     # of the model config, bf16 asked of a GPU without it ("You can use float16 instead"),
     # where a GPU too old for the release altogether (the platform's "compute capability
-    # below 7.0 are not supported") is the cause when both are there; and the OpenAI
-    # server refusing a prompt + max_tokens over --max-model-len, logged by serving_chat
-    # without the "Error in preprocessing" header that marks a handled request (HANDLED:
-    # that block stays none; the server's context is too small for the team's requests)
+    # below 7.0 are not supported") is the cause when both are there
     ("bad-arguments", "config", 2, re.compile(
         r"Bfloat16 is only supported on GPUs with compute capability|"
         # the function that raises it, when the message itself was cut (round 21)
         r'", line \d+, in _check_if_gpu_supports_dtype$', _I)),
     # configuration that is checked only when the model, an adapter or a request meets it, so
-    # its line shows no stage (not in BEFORE_RULES; round 22): the OpenAI server refusing a
-    # prompt + max_tokens over --max-model-len (round 16, see above); a platform's own limit
+    # its line shows no stage (not in BEFORE_RULES; round 22), tier 2 like the dtype check:
+    # the OpenAI server refusing a prompt + max_tokens over --max-model-len, logged by
+    # serving_chat without the "Error in preprocessing" header that marks a handled request
+    # (HANDLED: that block stays none; the server's context is too small for the team's
+    # requests; round 16, in bad-arguments until round 22); a platform's own limit
     # on --max-model-len checked by its model (tt-metal's); the LoRA manager validating an
     # adapter against the LoRA config (rank above --max-lora-rank ...: its frame, or its call
     # as the traceback's last line); a chat request to a model whose tokenizer has no chat
