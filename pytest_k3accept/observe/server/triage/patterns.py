@@ -120,7 +120,15 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            # generation (V0 0.2 on; "Minimum capability: 75. Current capability: 70": a V100
            # for AWQ; round 22)
            r"is not supported for the current GPU\. Minimum capability: \d+\. Current "
-           r"capability: \d+")
+           r"capability: \d+|"
+           # the V0 Ray executor's check inside a Ray task given no GPU ("Current node has no
+           # GPU available. current_node_resource=... vLLM engine cannot start without GPU";
+           # round 23)
+           r"vLLM engine cannot start without GPU|"
+           # torch's autoload of an out-of-tree device backend (torch_npu, ...) failing: the
+           # device's runtime libraries are not there (libascend_hal.so: an Ascend container
+           # without the driver's mounts; round 23)
+           r"Failed to load the backend extension: ")
 #: the build lacks code for this device: raised when a kernel is first launched or compiled
 #: (the profile run, CUDA-graph capture, or the first request), so at any stage, unlike the
 #: driver and image lines above, which come at the start
@@ -208,7 +216,11 @@ _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"Not enough memory for \d+ blocks of KV cache|"
        # a hybrid (Mamba / GDN) model's state cache at init: fewer blocks than --max-num-seqs
        # asks, one per decoding sequence (round 22)
-       r"exceeds available Mamba cache blocks")
+       r"exceeds available Mamba cache blocks|"
+       # vllm-ascend's V1 worker after its memory profile (INFO, the hint of round 17): zero or
+       # less left for the KV cache is the KV-capacity failure (a second model on a card the
+       # first one fills; round 23)
+       r"\bAvailable memory: (?:0|-\d+), total memory: \d+")
 _HOST_OOM = (r"node running low on memory|Ray killed this worker|"
              # the end of the Ray memory monitor's kill message (printed only when it killed
              # a worker): its documentation link and retry advice (lmm-r1#71)
@@ -272,7 +284,11 @@ _KV_TRANSFER = (r"NIXL transfer failure|Remote NIXL agent engine ID mismatch|Han
                 r"Put operation failed with error: TRANSFER_FAIL|"
                 r"\bTransfer failed for task\d*\s*$|transfer_incomplete max_attempts=|"
                 # Mooncake's transfer engine: a slice of a KV transfer that failed (round 22)
-                r"Worker: Process failed for slice \(")
+                r"Worker: Process failed for slice \(|"
+                # NIXL's and MoRIIO's handshake with the remote engine, made for the first
+                # request that needs its blocks (logger.exception "Handshake with %s
+                # failed"; round 23)
+                r"\bHandshake with \S+ failed\s*$")
 _INTERCONNECT = (
     r"\bNCCL (?:error|WARN)|nccl\w*Error|NCCL_ERROR|Watchdog caught collective operation|"
     r"Heartbeat monitor timed out|watchdog got stuck|DistBackendError|"
@@ -376,6 +392,8 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           # V1's multiprocessing executor: a worker's init raised (its cause above it; round 16)
           r"WorkerProc failed to start|"
           r"Engine core initialization failed|"
+          # V1's API-server client noticing its engine core process gone (0.11+; round 23)
+          r"MPClient: engine core exited unexpectedly|"
           # V0.1-0.2's async engine: its background task's done-callback re-raises
           r"Exception in callback (?:functools\.partial\(<function )?_raise_exception_on_finish|"
           # V1: a worker process raised; the executor then kills its own process tree
@@ -429,6 +447,27 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
     # before the weights (BEFORE_RULES; round 22)
     ("store-rendezvous", "connection", 2, re.compile(
         r"Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined", _I)),
+    # the generic shape of an inter-process start-up failure (round 23, written as a shape
+    # rather than one more wording): a process that waited for a named peer and gave up.
+    # Raised before the weights (BEFORE_RULES): an engine core's handshake with its API
+    # server (V1 runs it before building the model: "Did not receive response from front-end
+    # process within 5 minutes"), vLLM's own barrier between ranks, and Ray's control plane
+    # failing under the engine as the executor starts (the GCS that cannot be reached or
+    # started, a worker the raylet cannot register, a driver node with no GPU in the
+    # placement) ...
+    ("startup-handshake", "connection", 2, re.compile(
+        r"\bDid not receive response from front-end process within\b|"
+        r"\bBarrier (?:departure )?timed out after [\d.]+ seconds|"
+        r"\bFailed to connect to GCS within \d+ seconds|\bFailed to start GCS\b|"
+        r"\bFailed to register worker \S+ to Raylet|Unable to register worker with raylet|"
+        r"Ray does not allocate any GPUs on the driver node", _I)),
+    # ... and the API server's wait for its engine cores to report ready ("Timed out waiting
+    # for engines to send initial message on input socket"; 0.32's "Timed out waiting for
+    # engine core processes to start", with its advice on VLLM_ENGINE_READY_TIMEOUT_S): the
+    # engines load their weights during that wait, so no stage is claimed
+    ("startup-wait", "connection", 2, re.compile(
+        r"\bTimed out waiting for (?:new )?engines? (?:core processes )?to (?:send|start)",
+        _I)),
     # tier 2, so that a failure of tier 1 beside them is the cause (round 16): the dtype check
     # of the model config, bf16 asked of a GPU without it ("You can use float16 instead"),
     # where a GPU too old for the release altogether (the platform's "compute capability
@@ -518,7 +557,11 @@ QUIET_EVIDENCE = re.compile(r"Writing input of failed execution to|Failed to imp
                             # no device platform found (INFO; round 21)
                             r"No platform detected, vLLM is running on UnspecifiedPlatform|"
                             r"Available KV cache memory: -\d|memory reserved for KV Cache is -\d|"
+                            r"\bAvailable memory: (?:0|-\d+), total memory: \d+|"
                             r"# (?:GPU|cuda) blocks: 0\b|"
+                            # V1's API-server client at WARNING: its engine core died (a
+                            # consequence; the cause is looked for above it; round 23)
+                            r"MPClient: engine core exited unexpectedly|"
                             # V1 0.32: a worker that got SystemExit with no shutdown requested
                             r"WorkerProc was terminated|"
                             # V1's engine core: a SIGTERM / SIGINT from outside
@@ -628,7 +671,9 @@ TRIGGERS = (
     "unspecifiedplatform", "not compatible with the current pytorch", "transfer", "ucx error",
     "failed to start model server", "supports_dtype", "clients joined", "mutable object",
     "channelerror", "mamba cache", "current capability", "max_model_len greater",
-    "validate_legal", "chat template", "retry counter", "failed for slice")
+    "validate_legal", "chat template", "retry counter", "failed for slice",
+    "timed out waiting for", "did not receive response", "barrier", "gcs", "raylet",
+    "driver node", "without gpu", "backend extension", "handshake with")
 
 
 def may_match(text: str) -> bool:
@@ -637,7 +682,11 @@ def may_match(text: str) -> bool:
     return any(word in low for word in TRIGGERS)
 
 
-FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\])?'
+#: (after vLLM's own "LEVEL MM-DD HH:MM:SS [file.py:N]" prefix, or any other logging format's
+#: prefix that ends in the same logger tag, e.g. "2024-08-22 13:50:25 ERROR 200507
+#: [worker_base.py:148]"; round 23)
+FRAME = re.compile(r'^(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\]|'
+                   r'[\w :.,-]{0,60}\[[\w./-]+\.py:\d+\])?'
                    r'\s*(?:\[rank\d+\]:\s*)?File "[^"]+", line \d+, in (\w+)|^\s*frame #\d+:')
 #: frames of the model's and its layers' constructors (``LlamaDecoderLayer(config)``,
 #: ``ColumnParallelLinear(`` -> ``Parameter(torch.empty(``): they run only while the model is
@@ -689,7 +738,9 @@ HINTS: tuple[tuple[int, re.Pattern[str]], ...] = (
                     r"Capturing CUDA graphs|KV cache size:|Maximum concurrency for|Graph capturing finished|torch\.compile takes|Dynamo bytecode "
                     r"transform|Cache the graph of shape|Explicitly set .* for KV cache|"
                     # vLLM's own message for an OOM in _dummy_sampler_run (profiling at init)
-                    r"warming up sampler with \d+ dummy requests|"
+                    # (its words alone: a terminal wraps the message after "with 1024";
+                    # round 23)
+                    r"when warming up sampler\b|"
                     # vllm-ascend's V1 worker after its memory profile (determine_available_
                     # memory): what is left for the KV cache (round 17)
                     r"\bAvailable memory: -?\d+, total memory: \d+|"
@@ -898,7 +949,8 @@ BEFORE_FRAMES = frozenset({
     "_new_process_group_helper", "_new_group_with_tag", "new_group"})
 #: rules whose line is raised only before loading: arguments and config are checked (and the
 #: API server's port bound) before the engine starts; imports happen at the start
-BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image", "store-rendezvous"})
+BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image", "store-rendezvous",
+                          "startup-handshake"})
 #: a frame's function name, whatever the line's prefix (the loose form, for BEFORE_FRAMES):
 #: ``File "x.py", line 9, in init_device`` and faulthandler's ``File "x.py", line 9 in f``
 ANY_FRAME = re.compile(r'(?:File "[^"]+"|^[^"]*), line \d+,? in (\w+)\s*'
