@@ -7,10 +7,12 @@ length with :func:`pytest_k3accept.observe.load.synthetic.generate`, the generat
 ``context_tokens`` profiles use. The prompt's length is measured by the server's own
 ``/tokenize`` (vLLM checks no context length there, so prompts longer than the served context
 can be counted; serving them is another matter). Printed per length: ``/tokenize`` calls,
-seconds per prompt (best of ``--repeats``), microseconds per token, the token count the server
-measured, and the growth against the previous length (seconds ratio / tokens ratio: <= 1 is at
-most linear). What grows with the length is the server's tokenization of each probe; the number
-of calls stays a handful (secant search).
+the tokens the server tokenized for it (as a multiple of the prompt's: the secant search's
+probes of the whole text), seconds per prompt (best of ``--repeats``) and the part of them spent
+waiting for ``/tokenize`` (the server's tokenization and the transfer of its answer),
+microseconds per token, the token count the server measured, and the growth against the
+previous length (seconds ratio / tokens ratio: <= 1 is at most linear), for the whole build and
+for the generator's own part (the seconds not spent waiting for the server).
 """
 
 from __future__ import annotations
@@ -45,25 +47,36 @@ def build(base_url: str, model: str, tokens: int) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     measured = rs.meta.get("measured_prompt_tokens") or [None]
     calls = counting.calls if counting is not None else 0
+    tokenized = counting.tokens if counting is not None else 0
+    waited = counting.seconds if counting is not None else 0.0
     return {"tokens": tokens, "calls": calls, "seconds": seconds, "measured": measured[0],
-            "deviation": rs.meta.get("max_prompt_deviation")}
+            "deviation": rs.meta.get("max_prompt_deviation"), "tokenized": tokenized,
+            "server_s": waited}
 
 
-def growth(rows: list[dict[str, Any]]) -> list[float | None]:
+def _own(row: dict[str, Any]) -> float:
+    """The row's seconds not spent waiting for ``/tokenize`` (the generator's own work)."""
+    return max(1e-9, row["seconds"] - row.get("server_s", 0.0))
+
+
+def growth(rows: list[dict[str, Any]], own: bool = False) -> list[float | None]:
     """Per row, (seconds ratio) / (tokens ratio) against the previous row (None for the first):
-    <= 1 means the cost grew at most linearly with the length."""
+    <= 1 means the cost grew at most linearly with the length. ``own``: the seconds not spent
+    waiting for the server."""
+    sec = _own if own else (lambda r: r["seconds"])
     out: list[float | None] = [None]
     for prev, row in zip(rows, rows[1:]):
-        out.append((row["seconds"] / prev["seconds"]) / (row["tokens"] / prev["tokens"]))
+        out.append((sec(row) / sec(prev)) / (row["tokens"] / prev["tokens"]))
     return out
 
 
-def slope(rows: list[dict[str, Any]]) -> float | None:
-    """Least-squares slope of log(seconds) against log(tokens) (1 = proportional)."""
+def slope(rows: list[dict[str, Any]], own: bool = False) -> float | None:
+    """Least-squares slope of log(seconds) against log(tokens) (1 = proportional); ``own``:
+    of the seconds not spent waiting for the server."""
     if len(rows) < 2:
         return None
     xs = [math.log(r["tokens"]) for r in rows]
-    ys = [math.log(r["seconds"]) for r in rows]
+    ys = [math.log(_own(r) if own else r["seconds"]) for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     den = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else None
@@ -71,15 +84,22 @@ def slope(rows: list[dict[str, Any]]) -> float | None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as text."""
-    lines = [f"{'tokens':>9} {'calls':>5} {'seconds':>8} {'us/token':>8} {'measured':>9} "
-             f"{'growth':>6}"]
-    for row, g in zip(rows, growth(rows)):
-        lines.append(f"{row['tokens']:>9} {row['calls']:>5} {row['seconds']:>8.2f} "
-                     f"{row['seconds'] / row['tokens'] * 1e6:>8.1f} {row['measured']!s:>9} "
-                     f"{'-' if g is None else format(g, '.2f'):>6}")
+    lines = [f"{'tokens':>9} {'calls':>5} {'tokenized':>9} {'seconds':>8} {'server':>7} "
+             f"{'us/token':>8} {'measured':>9} {'growth':>6} {'own':>5}"]
+    fmt = (lambda g: "-" if g is None else format(g, ".2f"))
+    for row, g, go in zip(rows, growth(rows), growth(rows, own=True)):
+        tokenized = row.get("tokenized")
+        ratio = f"{tokenized / row['tokens']:.1f}x" if tokenized else "-"
+        server = f"{row['server_s']:.2f}" if "server_s" in row else "-"
+        lines.append(f"{row['tokens']:>9} {row['calls']:>5} {ratio:>9} {row['seconds']:>8.2f} "
+                     f"{server:>7} {row['seconds'] / row['tokens'] * 1e6:>8.1f} "
+                     f"{row['measured']!s:>9} {fmt(g):>6} {fmt(go):>5}")
     s = slope(rows)
     if s is not None:
         lines.append(f"log-log slope of seconds against tokens: {s:.2f} (1 = linear)")
+        if all("server_s" in r for r in rows):
+            lines.append(f"... of the generator's own seconds (not waiting for /tokenize): "
+                         f"{slope(rows, own=True):.2f}")
     return "\n".join(lines)
 
 

@@ -69,3 +69,16 @@ def test_call_counting_counts_and_passes_the_answer_through() -> None:
     assert asyncio.run(counting([{}, {}], True)) == 3
     assert asyncio.run(counting([], False)) == 0
     assert counting.calls == 2
+
+
+def test_the_generators_own_seconds_are_told_apart_from_the_servers() -> None:
+    # the server's tokenization grows faster than linear, the generator's own part linearly
+    rows = _rows([0.2, 1.0, 5.0])
+    for row, server in zip(rows, [0.1, 0.6, 3.4]):
+        row["server_s"] = server
+        row["tokenized"] = row["tokens"]
+    assert generator.growth(rows)[1:] == pytest.approx([1.25, 1.25])
+    assert generator.growth(rows, own=True)[1:] == pytest.approx([1.0, 1.0])
+    assert generator.slope(rows, own=True) == pytest.approx(1.0)
+    text = generator.table(rows)
+    assert "own seconds (not waiting for /tokenize): 1.00" in text and "1.0x" in text

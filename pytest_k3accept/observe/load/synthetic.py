@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any, Awaitable, Callable, Sequence
 
 from .profile import LoadProfile
@@ -114,15 +115,23 @@ class _Builder:
 
 
 class CallCounting:
-    """A :data:`Counter` that counts its own calls: the generator's cost in ``/tokenize``
-    calls (the benchmark and the long-context tests print it)."""
+    """A :data:`Counter` that counts its own calls, the tokens they counted and the seconds
+    spent waiting for them: the generator's cost in ``/tokenize`` calls, in tokens the server
+    tokenized, and the part of its time that was the server's (the benchmark and the
+    long-context tests print them)."""
 
     def __init__(self, inner: Counter) -> None:
-        self.inner, self.calls = inner, 0
+        self.inner, self.calls, self.tokens, self.seconds = inner, 0, 0, 0.0
 
     async def __call__(self, messages: list[dict[str, Any]], generation_prompt: bool) -> int:
         self.calls += 1
-        return await self.inner(messages, generation_prompt)
+        t0 = time.perf_counter()
+        try:
+            got = await self.inner(messages, generation_prompt)
+        finally:
+            self.seconds += time.perf_counter() - t0
+        self.tokens += got
+        return got
 
 
 def tokenize_counter(client: Any, tools: Sequence[dict[str, Any]] | None = None) -> Counter:
