@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -178,7 +179,22 @@ def _inproc_cell(a: argparse.Namespace, srv: Any, tokens: int, conc: int,
         mems = [r["mem_mib"] for r in got[tool] if r.get("mem_mib")]
         top["mem_mib"] = max(mems) if mems else None  # the worst repeat's peak
         out.append(top)
+    pairs = paired(got["raw"], got["runner"])
+    if pairs:
+        mid = statistics.median(pairs)
+        out[1]["paired"] = mid
+        out[1]["note"] += f"; paired {mid:.2f} [{min(pairs):.2f}-{max(pairs):.2f}]"
     return out
+
+
+def paired(raw: list[dict[str, Any]], runner: list[dict[str, Any]]) -> list[float]:
+    """The runner's req/s over raw aiohttp's, repeat by repeat: the two ran back to back
+    (ABBA order), so what the machine was doing then weighs on both. On this 2-core VM a
+    tool's own repeats spread by 20-40 % at 128K-512K x 1 stream, so the ratio of the two
+    best repeats (each tool's luckiest moment, chosen apart) swings by as much from one run to
+    the next. The median of the paired ratios is a second estimate of the same figure, printed
+    with its range beside the best-of ratio (both in the verdict)."""
+    return [b["rps"] / a["rps"] for a, b in zip(raw, runner) if a.get("rps") and b.get("rps")]
 
 
 def _peer(a: argparse.Namespace, srv: Any, name: str, fn: Any,
@@ -242,16 +258,24 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
     (log-log slope <= 1 between successive lengths, 10 % noise allowed)."""
     base = {(r["context"], r["mode"]): r["rps"] for r in rows
             if r["tool"] == "raw aiohttp" and r["rps"]}
-    ratios = [(r["context"], r["mode"], r["rps"] / base[(r["context"], r["mode"])])
-              for r in rows if r["tool"] == "k3accept runner" and r["rps"]
+    runner = [r for r in rows if r["tool"] == "k3accept runner" and r["rps"]
               and base.get((r["context"], r["mode"]))]
+    # the ratio of the best repeats, and where a cell has them the median of the paired
+    # ratios (paired()): two estimates of one figure, both printed
+    ratios = [(r["context"], r["mode"], r["rps"] / base[(r["context"], r["mode"])])
+              for r in runner]
+    pair = [(r["context"], r["mode"], r["paired"]) for r in runner if r.get("paired")]
     cells = len({(r["context"], r["mode"]) for r in rows})
     out = []
     if ratios:
-        worst = min(ratios, key=lambda x: x[2])
-        out.append(f"runner >= 0.9x raw aiohttp: {'met' if worst[2] >= 0.9 else 'NOT met'}: "
-                   f"{sum(x[2] >= 0.9 for x in ratios)} of {cells} cells at >= 0.9x (lowest "
-                   f"{worst[2]:.2f} at {worst[0]} tokens, {worst[1]})")
+        for how, got in (("best of each", ratios), ("paired median", pair)):
+            if not got:
+                continue
+            worst = min(got, key=lambda x: x[2])
+            out.append(f"runner >= 0.9x raw aiohttp ({how}): "
+                       f"{'met' if worst[2] >= 0.9 else 'NOT met'}: "
+                       f"{sum(x[2] >= 0.9 for x in got)} of {cells} cells at >= 0.9x (lowest "
+                       f"{worst[2]:.2f} at {worst[0]} tokens, {worst[1]})")
     else:
         out.append("runner >= 0.9x raw aiohttp: unknown (no cell measured both)")
     for mode in sorted({r["mode"] for r in rows}):
