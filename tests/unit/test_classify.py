@@ -976,3 +976,17 @@ def test_a_frame_after_another_logging_formats_tag_is_read() -> None:
            "start_worker_execution_loop\n" + tag + "    while self._run_non_driver_rank():\n")
     got = classify(log, ended=True)  # an excerpt posted without its exit status
     assert (got.category, got.stage) == ("serving", "serving"), got.summary()
+
+
+def test_a_start_up_wait_gets_its_own_advice_not_the_interconnects() -> None:
+    from pytest_k3accept.observe.server.classify import STARTUP_WAIT_ADVICE
+
+    for line in ("TimeoutError: Timed out waiting for engine core processes to start. This is "
+                 "often caused by slow weight loading for large models.",
+                 "RuntimeError: Did not receive response from front-end process within 5 "
+                 "minutes"):
+        got = classify(line + "\n", exit_code=1, ended=True)
+        assert got.advice == STARTUP_WAIT_ADVICE, got.advice
+        assert "VLLM_ENGINE_READY_TIMEOUT_S" in got.advice and "NCCL" not in got.advice
+    nccl = classify("RuntimeError: NCCL error: unhandled system error\n", exit_code=1, ended=True)
+    assert nccl.category == "connection" and nccl.advice != STARTUP_WAIT_ADVICE

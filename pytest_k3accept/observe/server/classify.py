@@ -183,6 +183,19 @@ class Classification:
                 "consequences": [q.as_dict() for q in self.consequences]}
 
 
+#: the advice of a start-up wait that gave up (round 23's startup-handshake / startup-wait
+#: rules): the generic connection advice names the interconnect, but a peer that never
+#: answered at start-up is as often a process or node that did not start, or one still loading
+STARTUP_WAIT_ADVICE = (
+    "A process waited at start-up for a peer that never answered (an engine core for its API "
+    "server, a rank at vLLM's barrier, Ray's GCS or raylet for the executor). Look for the "
+    "peer's own error above this line or in its node's log, and check that every node and "
+    "process started and can reach the others (VLLM_HOST_IP, the Ray cluster's addresses, "
+    "ports, firewalls). If the peers were only slow (weights still loading, a long warm-up), "
+    "raise the wait: VLLM_ENGINE_READY_TIMEOUT_S for the API server's wait for its engines. "
+    "This is not a memory problem: do not tune memory for it.")
+
+
 def _tl_stage(tl: Timeline, lineno: int | None, http: HttpObservations) -> int:
     """The stage the timeline's startup events show before ``lineno`` (None: the end)."""
     def before(key: str) -> bool:
@@ -344,6 +357,8 @@ def _from_hit(scan: Scanner, hit: Hit, hits: list[Hit], exit_code: int | None,
     if category == "host-oom":
         advice = f"Host out of memory ({phase}). " + advice if not stage_key else \
             f"Host out of memory {phase}. " + advice
+    elif hit.rule in ("startup-handshake", "startup-wait"):
+        advice = STARTUP_WAIT_ADVICE
     consequences = tuple(q for q in later if q.text != quotes[0].text)[:3]
     return Classification(category, phase, tuple(quotes), advice, hit.rule,
                           "inferred" if inferred else "matched", exit_code, notes,
