@@ -269,3 +269,46 @@ def test_a_request_that_queued_past_the_window_is_a_sustained_queue() -> None:
     assert monitor.sustained_floor(3.0, 2.0) == 3.0
     assert monitor.sustained_floor(0.0, 0.0) == 0.0
     assert monitor.sustained_floor(None, None) is None
+
+
+def _word_counter(merge: tuple[str, str] | None = None) -> Any:
+    """A stand-in tokenizer: template 7 per message (+3 for the generation prompt), words of
+    3+ letters 2 tokens, shorter ones 1; with ``merge``, that word pair is one token fewer (a
+    tokenizer whose tokens are not additive at word boundaries). Records each call's words."""
+    sizes: list[int] = []
+
+    async def counter(messages: list[dict[str, Any]], gen: bool) -> int:
+        total = 7 * len(messages) + (3 if gen else 0)
+        for m in messages:
+            words = str(m["content"]).split()
+            sizes.append(len(words))
+            total += sum(2 if len(w) > 3 else 1 for w in words)
+            if merge:  # the pair is one token fewer than its words
+                total -= sum((x, y) == merge for x, y in zip(words, words[1:]))
+        return total
+    counter.sizes = sizes  # type: ignore[attr-defined]
+    return counter
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("merge", [None, ("time", "day")], ids=["additive", "merging"])
+async def test_a_long_prompt_is_probed_whole_twice_and_the_rest_fitted_on_its_own_words(
+        merge: tuple[str, str] | None) -> None:
+    # 300K tokens of words of uneven size: the first whole probe misses (the 400-word
+    # calibration), the words to add are fitted alone, the second whole probe lands; a
+    # tokenizer that merges across words is still exact (whole texts searched on from there)
+    counter = _word_counter(merge)
+    counting = synthetic.CallCounting(counter)
+    target = 300_000
+    rs = await synthetic.generate(None, profile(context_tokens=target, requests=1, warmup=0),
+                                  counter=counting)
+    assert rs.meta["max_prompt_deviation"] <= 1, rs.meta
+    text = rs.requests[0].messages[-1]["content"]
+    assert text == synthetic._text(500_000, len(text.split()))  # seed 0, request 0: a prefix
+    whole = [n for n in counter.sizes if n > 2 * synthetic.LONG_WORDS]
+    if merge is None:
+        assert rs.meta["measured_prompt_tokens"] == [target]
+        assert len(whole) == 2, whole  # was 4-5 probes of the whole text
+        assert counting.tokens < 2.2 * target, counting.tokens
+    else:
+        assert len(whole) >= 2, whole

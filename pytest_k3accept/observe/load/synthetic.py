@@ -10,8 +10,17 @@ included), never guessed from characters. Each request is ``[system, user]``:
   generation prompt) to ``context_tokens`` (within one token).
 
 Filler is whole words from a fixed list, chosen by a seeded RNG, so a profile and a seed
-always give the same set. Word counts are found by a secant search on measured counts
-(a few ``/tokenize`` calls per message).
+always give the same set (the text of ``n`` words is a prefix of the text of ``n + k``). Word
+counts are found by a secant search on measured counts (a few ``/tokenize`` calls per message).
+
+A long user message (more than :data:`LONG_WORDS` words) is probed whole as few times as
+possible: each probe of a multi-MiB text is most of the generator's cost (the server's
+tokenizer, HF ``tokenizers``, also costs more per token there). After the first whole probe,
+the words to add (or drop) are fitted on their own: the tokens of words ``a .. b-1`` are the
+count of those words after the word before them, minus that word alone (small calls; no
+template or boundary counted twice), and the next whole probe checks the result. The whole
+count is always the length reported: where the tokenizer's tokens are not additive at word
+boundaries, the secant search on whole texts goes on from there.
 """
 
 from __future__ import annotations
@@ -37,25 +46,37 @@ WORDS: tuple[str, ...] = tuple((
 
 Counter = Callable[[list[dict[str, Any]], bool], Awaitable[int]]
 
+#: a user message of more words than this is probed whole as few times as possible (module
+#: docstring); below it whole probes are cheap and the plain secant search runs
+LONG_WORDS = 4096
+
 
 class SyntheticError(ValueError):
     """The requested lengths cannot be built (e.g. a prefix shorter than the template)."""
 
 
-def _text(rng_seed: int, n: int) -> str:
+def _words(rng_seed: int, n: int) -> list[str]:
     rng = random.Random(rng_seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
+    return [rng.choice(WORDS) for _ in range(n)]
+
+
+def _text(rng_seed: int, n: int) -> str:
+    return " ".join(_words(rng_seed, n))
 
 
 async def _fit(count: Callable[[int], Awaitable[int]], target: int, empty: int,
-               per_word: float, what: str) -> tuple[int, int]:
-    """Smallest-error word count ``n`` with ``count(n words)`` == target (or within 1)."""
+               per_word: float, what: str, start: tuple[int, int] | None = None,
+               ) -> tuple[int, int]:
+    """Smallest-error word count ``n`` with ``count(n words)`` == target (or within 1);
+    ``start``: a word count already counted, ``(n, count)``, to search on from."""
     if target < empty:
         raise SyntheticError(f"{what}: target {target} tokens is shorter than the prompt "
                              f"without any text ({empty} tokens: chat template and tool "
                              "definitions); raise the target")
     n = max(0, round((target - empty) / per_word))
     cache: dict[int, int] = {}
+    if start is not None:
+        n, cache[start[0]] = start
     for _ in range(24):
         if n not in cache:
             cache[n] = await count(n)
@@ -83,6 +104,7 @@ class _Builder:
         self.seed = seed
         self.per_word = 1.0
         self.empty: dict[str, int] = {}
+        self.anchors: dict[str, int] = {}
 
     async def calibrate(self) -> None:
         sys_empty = await self.counter([{"role": "system", "content": ""}], False)
@@ -106,12 +128,58 @@ class _Builder:
         seed = self.seed * 1_000_003 + 500_000 + key
         empty = await self.counter([*head, {"role": "user", "content": ""}], True)
 
+        what = f"context_tokens (request {key})"
+        words: list[str] = []
+
         async def count(n: int) -> int:
-            return await self.counter([*head, {"role": "user", "content": _text(seed, n)}],
-                                      True)
-        n, got = await _fit(count, target, empty, self.per_word,
-                            f"context_tokens (request {key})")
-        return _text(seed, n), got
+            nonlocal words
+            if n > len(words):
+                words = _words(seed, max(n, 2 * len(words)))
+            return await self.counter(
+                [*head, {"role": "user", "content": " ".join(words[:n])}], True)
+        start = None
+        if target >= empty and (target - empty) / self.per_word > LONG_WORDS:
+            n = round((target - empty) / self.per_word)
+            start = (n, await count(n))
+            if start[1] != target:
+                n = await self._delta(seed, n, target - start[1], what)
+                start = (n, await count(n))
+            if start[1] == target:
+                return " ".join(words[:n]), target
+        n, got = await _fit(count, target, empty, self.per_word, what, start)
+        return " ".join(_words(seed, n)), got
+
+    async def _word(self, word: str) -> int:
+        """The count of a user message of this one word (cached: a piece's anchor)."""
+        got = self.anchors.get(word)
+        if got is None:
+            got = self.anchors[word] = await self.counter(
+                [{"role": "user", "content": word}], True)
+        return got
+
+    async def _delta(self, seed: int, n: int, missing: int, what: str) -> int:
+        """The word count whose text has ``missing`` tokens more than the text of ``n``
+        words (fewer when negative), fitted on the words between them alone: the tokens of
+        words ``a .. b-1`` are the count of words ``a-1 .. b-1`` minus that of word ``a-1``."""
+        span = round(abs(missing) / self.per_word * 1.5) + 16
+        words = _words(seed, n + span + 1)
+
+        async def piece(a: int, b: int) -> int:
+            if b <= a:
+                return 0
+            if a == 0:  # no word before: the piece alone, less an empty message
+                return await self.counter([{"role": "user", "content": " ".join(words[:b])}],
+                                          True) - await self.counter(
+                    [{"role": "user", "content": ""}], True)
+            return await self.counter(
+                [{"role": "user", "content": " ".join(words[a - 1:b])}], True) - \
+                await self._word(words[a - 1])
+
+        if missing > 0:
+            k, _ = await _fit(lambda k: piece(n, n + k), missing, 0, self.per_word, what)
+            return n + k
+        k, _ = await _fit(lambda k: piece(n - k, n), -missing, 0, self.per_word, what)
+        return max(0, n - k)
 
 
 class CallCounting:
