@@ -165,7 +165,7 @@ FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
                  "heldout-17": ROUND_17, "heldout-18": ROUND_18,
                  "heldout-19": ROUND_19, "heldout-20": ROUND_20,
                  "heldout-21": ROUND_21, "heldout-22": ROUND_22,
-                 "heldout-23": ROUND_23}
+                 "heldout-23": ROUND_23, "heldout-24": ROUND_23}
 
 _CLASSIFY_SPLIT = """
 import json, sys
