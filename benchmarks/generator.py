@@ -54,19 +54,19 @@ def build(base_url: str, model: str, tokens: int) -> dict[str, Any]:
             "server_s": waited}
 
 
-def _own(row: dict[str, Any]) -> float:
-    """The row's seconds not spent waiting for ``/tokenize`` (the generator's own work)."""
-    return max(1e-9, row["seconds"] - row.get("server_s", 0.0))
+def _seconds(row: dict[str, Any], own: bool = False) -> float:
+    """The row's seconds; ``own``: those not spent waiting for ``/tokenize`` (the generator's
+    own work)."""
+    return max(1e-9, row["seconds"] - row.get("server_s", 0.0)) if own else row["seconds"]
 
 
 def growth(rows: list[dict[str, Any]], own: bool = False) -> list[float | None]:
     """Per row, (seconds ratio) / (tokens ratio) against the previous row (None for the first):
     <= 1 means the cost grew at most linearly with the length. ``own``: the seconds not spent
     waiting for the server."""
-    sec = _own if own else (lambda r: r["seconds"])
     out: list[float | None] = [None]
     for prev, row in zip(rows, rows[1:]):
-        out.append((sec(row) / sec(prev)) / (row["tokens"] / prev["tokens"]))
+        out.append((_seconds(row, own) / _seconds(prev, own)) / (row["tokens"] / prev["tokens"]))
     return out
 
 
@@ -76,7 +76,7 @@ def slope(rows: list[dict[str, Any]], own: bool = False) -> float | None:
     if len(rows) < 2:
         return None
     xs = [math.log(r["tokens"]) for r in rows]
-    ys = [math.log(_own(r) if own else r["seconds"]) for r in rows]
+    ys = [math.log(_seconds(r, own)) for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     den = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else None

@@ -160,15 +160,8 @@ async def test_telemetry_figures_for_the_run_window() -> None:
 
 @pytest.mark.asyncio
 async def test_synthetic_search_hits_targets_with_uneven_token_sizes() -> None:
-    # stand-in tokenizer: words of 3+ letters are 2 tokens, shorter ones 1; template 7
-    calls = 0
-
-    async def counter(messages: list[dict[str, Any]], gen: bool) -> int:
-        nonlocal calls
-        calls += 1
-        words = [w for m in messages for w in str(m["content"]).split()]
-        return 7 * len(messages) + (3 if gen else 0) + sum(2 if len(w) > 3 else 1
-                                                          for w in words)
+    # stand-in tokenizer (_word_counter): words of 4+ letters are 2 tokens, shorter ones 1
+    counter = synthetic.CallCounting(_word_counter())
     p = profile(context_tokens=900, prefix_tokens=300, prefix_reuse=0.5, requests=10)
     rs = await synthetic.generate(None, p, counter=counter)
     assert len(rs) == 10
@@ -177,7 +170,7 @@ async def test_synthetic_search_hits_targets_with_uneven_token_sizes() -> None:
     systems = [r.messages[0]["content"] for r in rs]
     assert len(set(systems)) == 1 + 5  # one shared prefix for half, unique for the rest
     assert len({r.messages[1]["content"] for r in rs}) == 10
-    assert calls < 10 * 12
+    assert counter.calls < 10 * 12
     again = await synthetic.generate(None, p, counter=counter)
     assert again.requests == rs.requests  # seeded: same profile, same set
     with pytest.raises(synthetic.SyntheticError, match="prefix_tokens"):
@@ -273,7 +266,7 @@ def test_a_request_that_queued_past_the_window_is_a_sustained_queue() -> None:
 
 def _word_counter(merge: tuple[str, str] | None = None) -> Any:
     """A stand-in tokenizer: template 7 per message (+3 for the generation prompt), words of
-    3+ letters 2 tokens, shorter ones 1; with ``merge``, that word pair is one token fewer (a
+    4+ letters 2 tokens, shorter ones 1; with ``merge``, that word pair is one token fewer (a
     tokenizer whose tokens are not additive at word boundaries). Records each call's words."""
     sizes: list[int] = []
 

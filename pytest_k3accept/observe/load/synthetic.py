@@ -55,13 +55,24 @@ class SyntheticError(ValueError):
     """The requested lengths cannot be built (e.g. a prefix shorter than the template)."""
 
 
-def _words(rng_seed: int, n: int) -> list[str]:
-    rng = random.Random(rng_seed)
-    return [rng.choice(WORDS) for _ in range(n)]
+class _Filler:
+    """The seeded filler of one message, drawn as far as it is asked for (one RNG, drawn in
+    order: the text of ``n`` words is a prefix of the text of ``n + k``), never drawn twice."""
+
+    def __init__(self, rng_seed: int) -> None:
+        self._rng = random.Random(rng_seed)
+        self._words: list[str] = []
+
+    def text(self, a: int, b: int | None = None) -> str:
+        """Words ``a .. b-1`` (``text(n)``: the first ``n``), joined."""
+        a, b = (0, a) if b is None else (a, b)
+        while len(self._words) < b:
+            self._words.append(self._rng.choice(WORDS))
+        return " ".join(self._words[a:b])
 
 
 def _text(rng_seed: int, n: int) -> str:
-    return " ".join(_words(rng_seed, n))
+    return _Filler(rng_seed).text(n)
 
 
 async def _fit(count: Callable[[int], Awaitable[int]], target: int, empty: int,
@@ -129,25 +140,22 @@ class _Builder:
         empty = await self.counter([*head, {"role": "user", "content": ""}], True)
 
         what = f"context_tokens (request {key})"
-        words: list[str] = []
+        filler = _Filler(seed)
 
         async def count(n: int) -> int:
-            nonlocal words
-            if n > len(words):
-                words = _words(seed, max(n, 2 * len(words)))
-            return await self.counter(
-                [*head, {"role": "user", "content": " ".join(words[:n])}], True)
+            return await self.counter([*head, {"role": "user", "content": filler.text(n)}],
+                                      True)
         start = None
         if target >= empty and (target - empty) / self.per_word > LONG_WORDS:
             n = round((target - empty) / self.per_word)
             start = (n, await count(n))
             if start[1] != target:
-                n = await self._delta(seed, n, target - start[1], what)
+                n = await self._delta(filler, n, target - start[1], what)
                 start = (n, await count(n))
             if start[1] == target:
-                return " ".join(words[:n]), target
+                return filler.text(n), target
         n, got = await _fit(count, target, empty, self.per_word, what, start)
-        return " ".join(_words(seed, n)), got
+        return filler.text(n), got
 
     async def _word(self, word: str) -> int:
         """The count of a user message of this one word (cached: a piece's anchor)."""
@@ -157,23 +165,18 @@ class _Builder:
                 [{"role": "user", "content": word}], True)
         return got
 
-    async def _delta(self, seed: int, n: int, missing: int, what: str) -> int:
+    async def _delta(self, filler: _Filler, n: int, missing: int, what: str) -> int:
         """The word count whose text has ``missing`` tokens more than the text of ``n``
         words (fewer when negative), fitted on the words between them alone: the tokens of
-        words ``a .. b-1`` are the count of words ``a-1 .. b-1`` minus that of word ``a-1``."""
-        span = round(abs(missing) / self.per_word * 1.5) + 16
-        words = _words(seed, n + span + 1)
-
+        words ``a .. b-1`` are the count of words ``a-1 .. b-1`` minus that of word ``a-1``
+        (with no word before, of an empty message)."""
         async def piece(a: int, b: int) -> int:
             if b <= a:
                 return 0
-            if a == 0:  # no word before: the piece alone, less an empty message
-                return await self.counter([{"role": "user", "content": " ".join(words[:b])}],
-                                          True) - await self.counter(
-                    [{"role": "user", "content": ""}], True)
-            return await self.counter(
-                [{"role": "user", "content": " ".join(words[a - 1:b])}], True) - \
-                await self._word(words[a - 1])
+            whole = await self.counter(
+                [{"role": "user", "content": filler.text(max(0, a - 1), b)}], True)
+            return whole - (await self._word(filler.text(a - 1, a)) if a else
+                            self.empty["user"])
 
         if missing > 0:
             k, _ = await _fit(lambda k: piece(n, n + k), missing, 0, self.per_word, what)
