@@ -1,6 +1,7 @@
 """Triage accuracy on the corpus of real vLLM logs: per category, confusion table, per split.
 
-``python benchmarks/triage.py [--corpus PATH] [--markdown] [--first-contact]`` classifies
+``python benchmarks/triage.py [--corpus PATH] [--markdown] [--first-contact]
+[--agreement]`` classifies
 every case of ``tests/data/triage/cases.jsonl`` (the excerpt, with the exit code the source states) with
 the same classifier ``--k3-launch``, ``--k3-server-log`` and ``k3accept triage`` use, and
 prints: accuracy overall and per split, accuracy per expected category, the confusion table
@@ -16,6 +17,12 @@ Two labels per case (corpus README): ``expected``, what the excerpt alone shows 
 above), and ``thread_cause``, what its thread concluded; the same accuracies against
 ``thread_cause`` are printed too, with the confusion of ``thread_cause`` against ``expected``
 (where an excerpt lacks the line that decides its thread's cause).
+
+``--agreement`` measures the labels themselves: 160 cases relabelled blind, from the excerpt
+alone, by two more readers (``tests/data/triage/agreement.jsonl``, corpus README "How far two
+readers agree"); it prints how often each pair of the collector, the two readers and the
+classifier agree (with Cohen's kappa), how often each agrees with the majority label, and the
+classifier on the cases all three labels agree on.
 """
 
 from __future__ import annotations
@@ -170,20 +177,18 @@ FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
 _CLASSIFY_SPLIT = """
 import json, sys
 from pytest_k3accept.observe.server.classify import classify
-ok = n = 0
 for line in open(sys.argv[1], encoding="utf-8"):
     c = json.loads(line)
-    if c["split"] != sys.argv[2]:
-        continue
-    n += 1
-    ok += classify(c["log"], exit_code=c["exit_code"], ended=True).category == c["expected"]
-print(ok, n)
+    if c["split"] in sys.argv[2:]:
+        got = classify(c["log"], exit_code=c["exit_code"], ended=True).category
+        print(json.dumps([c["id"], got]))
 """
 
 
-def first_contact(corpus: Path, split: str, commit: str) -> tuple[int, int]:
-    """(right, cases) of ``split`` with the rules of ``commit`` (git archive of the package
-    into a temporary directory, classified in a subprocess that imports only that copy)."""
+def answers_at(corpus: Path, splits: list[str], commit: str) -> dict[str, str]:
+    """Case id -> category for every case of ``splits``, with the rules of ``commit`` (git
+    archive of the package into a temporary directory, classified in a subprocess that imports
+    only that copy)."""
     import subprocess
     import tempfile
 
@@ -191,11 +196,99 @@ def first_contact(corpus: Path, split: str, commit: str) -> tuple[int, int]:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "pytest_k3accept"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, "-c", _CLASSIFY_SPLIT, str(corpus), split],
-                             check=True, capture_output=True, text=True, cwd=tmp,
+        out = subprocess.run([sys.executable, "-c", _CLASSIFY_SPLIT, str(corpus.resolve()),
+                              *splits], check=True, capture_output=True, text=True, cwd=tmp,
                              env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"}).stdout
-    ok, n = (int(x) for x in out.split())
-    return ok, n
+    return {case: got for case, got in map(json.loads, out.splitlines())}
+
+
+def first_contact(corpus: Path, split: str, commit: str) -> tuple[int, int]:
+    """(right, cases) of ``split`` with the rules of ``commit``."""
+    got = answers_at(corpus, [split], commit)
+    labels = {c["id"]: c["expected"] for c in _cases(corpus) if c["id"] in got}
+    return sum(got[i] == labels[i] for i in got), len(got)
+
+
+def _cases(corpus: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in corpus.read_text("utf-8").splitlines() if line.strip()]
+
+
+#: the agreement study (corpus README, "How far two readers agree"): cases of the corpus
+#: relabelled blind, from the excerpt alone, by two more readers
+AGREEMENT = ROOT / "tests" / "data" / "triage" / "agreement.jsonl"
+
+
+def _kappa(pairs: list[tuple[str, str]]) -> float:
+    """Cohen's kappa: agreement beyond what the two label counts give by chance."""
+    n = len(pairs)
+    seen = sum(a == b for a, b in pairs) / n
+    left, right = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
+    chance = sum(left[c] * right[c] for c in left) / (n * n)
+    return (seen - chance) / (1 - chance) if chance < 1 else 1.0
+
+
+def agreement(corpus: Path, study: Path = AGREEMENT,
+              first: dict[str, str] | None = None) -> list[str]:
+    """How often the collector's label, two blind readers' labels and the classifier agree on
+    the cases of ``study``. ``first`` (case id -> answer with the rules each case met first,
+    :func:`first_contact_answers`) adds the classifier's first contact; without it only
+    today's rules are compared (they were written after reading most of these cases)."""
+    cases = {c["id"]: c for c in _cases(corpus)}
+    rows = []
+    for line in study.read_text("utf-8").splitlines():
+        if line.strip():
+            r = json.loads(line)
+            c = cases[r["id"]]
+            now = classify(c["log"], exit_code=c["exit_code"], ended=True).category
+            rows.append({"collector": c["expected"], "reader A": r["reader_a"],
+                         "reader B": r["reader_b"], "rules today": now,
+                         **({"first contact": first[r["id"]]} if first else {})})
+    n = len(rows)
+    splits = sorted({cases[json.loads(x)["id"]]["split"]
+                     for x in study.read_text("utf-8").splitlines() if x.strip()},
+                    key=lambda s: int(s.rsplit("-", 1)[1]))
+    out = [f"agreement on {n} cases ({splits[0]} .. {splits[-1]}) relabelled blind from the "
+           f"excerpt alone by two readers (study: {study.name})"]
+
+    def pair(x: str, y: str) -> None:
+        pairs = [(r[x], r[y]) for r in rows]
+        same = sum(a == b for a, b in pairs)
+        out.append(f"  {x:<13} vs {y:<9} {_pct(same, n):<15} kappa {_kappa(pairs):.2f}")
+
+    for x, y in (("reader A", "reader B"), ("reader A", "collector"), ("reader B", "collector")):
+        pair(x, y)
+    for tool in ("first contact", "rules today"):
+        if tool in rows[0]:
+            for y in ("collector", "reader A", "reader B"):
+                pair(tool, y)
+    voted = [(r, Counter((r["collector"], r["reader A"], r["reader B"])).most_common(1)[0])
+             for r in rows]
+    voted = [(r, label) for r, (label, votes) in voted if votes >= 2]
+    out.append(f"  a majority of the three labels: {len(voted)}/{n} cases; agreeing with it: "
+               + ", ".join(f"{who} {_pct(sum(r[who] == m for r, m in voted), len(voted))}"
+                           for who in rows[0]))
+    unanimous = [r for r in rows if r["collector"] == r["reader A"] == r["reader B"]]
+    out.append(f"  all three labels the same: {len(unanimous)}/{n} cases; right on them: "
+               + ", ".join(f"{who} {_pct(sum(r[who] == r['collector'] for r in unanimous), len(unanimous))}"
+                           for who in rows[0] if who in ("first contact", "rules today")))
+    split = [r for r in rows
+             if len({r[who] for who in ("collector", "reader A", "reader B")} & set(CRITICAL)) > 1]
+    out.append(f"  cases whose labels are confused between {', '.join(CRITICAL)}: {len(split)}")
+    return out
+
+
+def first_contact_answers(corpus: Path, ids: set[str]) -> dict[str, str]:
+    """Case id -> the answer of the rules frozen when the case's batch was collected."""
+    by_split: dict[str, set[str]] = defaultdict(set)
+    for c in _cases(corpus):
+        if c["id"] in ids:
+            by_split[c["split"]].add(c["id"])
+    got: dict[str, str] = {}
+    for split in by_split:
+        if split not in FIRST_CONTACT:
+            return {}
+        got.update(answers_at(corpus, [split], FIRST_CONTACT[split]))
+    return {i: a for i, a in got.items() if i in ids}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-contact", action="store_true",
                         help="also re-measure each fresh batch with the rules frozen when it "
                              "was collected (FIRST_CONTACT; needs the git history)")
+    parser.add_argument("--agreement", action="store_true",
+                        help="also print how far the collector's labels, two blind readers' "
+                             "and the classifier's answers agree (tests/data/triage/"
+                             "agreement.jsonl; with --first-contact, the first contact too)")
     args = parser.parse_args(argv)
     print(report(run(args.corpus), markdown=args.markdown))
     if args.first_contact:
@@ -214,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             ok, n = first_contact(args.corpus, split, commit)
             if n:
                 print(f"  {split:<10} rules at {commit}: {_pct(ok, n)}")
+    if args.agreement:
+        ids = {json.loads(x)["id"] for x in AGREEMENT.read_text("utf-8").splitlines() if x.strip()}
+        first = first_contact_answers(args.corpus, ids) if args.first_contact else None
+        print()
+        print("\n".join(agreement(args.corpus, first=first)))
     return 0
 
 

@@ -6,6 +6,7 @@ that starts getting one right must move it out of the list (and the benchmark sa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +282,64 @@ def test_quiet_evidence_is_an_abi_mismatch_not_a_missing_module() -> None:
     missing = warn + "ModuleNotFoundError(\"No module named 'vllm._C'\")"
     assert classify(abi, ended=True).category == "environment"
     assert classify(missing, ended=True).category == "none"
+
+
+AGREEMENT = CORPUS.parent / "agreement.jsonl"
+
+
+def _bench_triage() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "triage.py"
+    spec = importlib.util.spec_from_file_location("k3_bench_triage", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_agreement_study_relabels_corpus_cases_with_known_labels() -> None:
+    # corpus README, "How far two readers agree": two blind readers' labels of 160 cases
+    rows = [json.loads(x) for x in AGREEMENT.read_text("utf-8").splitlines() if x.strip()]
+    ids = {c["id"]: c for c in CASES}
+    assert len(rows) == 160 and len({r["id"] for r in rows}) == 160
+    for r in rows:
+        assert r["id"] in ids and ids[r["id"]]["split"].startswith("heldout-")
+        for who in ("a", "b"):
+            assert r[f"reader_{who}"] in CATEGORIES and r[f"why_{who}"]
+            assert r[f"phase_{who}"] is None or r[f"phase_{who}"] in STAGES
+
+
+def test_agreement_counts_each_pair_and_the_majority(tmp_path: Path) -> None:
+    bench = _bench_triage()
+    loud = "ERROR torch.OutOfMemoryError: CUDA out of memory.\n"
+    cases = [{"id": f"c{i}", "split": "heldout-30", "expected": exp, "exit_code": None,
+              "log": loud if exp == "serving-oom" else "INFO ok\n"}
+             for i, exp in enumerate(["none", "none", "config", "serving-oom"])]
+    study = [("none", "none"), ("none", "config"), ("environment", "environment"),
+             ("serving-oom", "loading")]
+    corpus, agree = tmp_path / "cases.jsonl", tmp_path / "agreement.jsonl"
+    corpus.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    agree.write_text("".join(json.dumps({"id": f"c{i}", "reader_a": a, "reader_b": b})
+                             + "\n" for i, (a, b) in enumerate(study)))
+    out = "\n".join(bench.agreement(corpus, agree))
+    assert "reader A      vs reader B  2/4 (50 %)" in out
+    assert "reader A      vs collector 3/4 (75 %)" in out
+    assert "reader B      vs collector 1/4 (25 %)" in out
+    # a majority in every case (none, none, environment, serving-oom); the collector's in 3
+    assert "a majority of the three labels: 4/4 cases; agreeing with it: collector 3/4" in out
+    assert "all three labels the same: 1/4 cases" in out
+    # reader B's "loading" for the collector's "serving-oom": the split the verdict rests on
+    assert "labels are confused between loading, kv-capacity-at-init, serving-oom: 1" in out
+    assert bench._kappa([("x", "x"), ("y", "y")]) == 1.0
+    assert bench._kappa([("x", "y"), ("y", "x")]) < 0
+
+
+def test_the_readme_quotes_the_agreement_the_study_gives() -> None:
+    bench = _bench_triage()
+    out = "\n".join(bench.agreement(CORPUS))
+    readme = (CORPUS.parents[3] / "README.md").read_text("utf-8")
+    for who in ("reader A      vs collector", "reader B      vs collector",
+                "reader A      vs reader B "):
+        line = next(x for x in out.splitlines() if who in x)
+        assert re.search(r"\d+/\d+ \(\d+ %\)", line)[0] in readme, line  # "146/160 (91 %)"
