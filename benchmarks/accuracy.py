@@ -335,9 +335,10 @@ def measure(base_url: str, *, conc: int, n: int, chunks: int = 16,
         # the runner's own cost: what it adds over the server's clock beyond what raw
         # aiohttp adds over the same server's clock
         out[f"{key}_runner_minus_raw_ms"] = added - raw_added \
-            if None not in (added, raw_added) else None
+            if added is not None and raw_added is not None else None
     event, text = _mean([r[2] for r in raw]), _mean([r[0] for r in raw])
-    out["first_event_to_text_ms"] = (text - event) * 1e3 if None not in (event, text) else None
+    out["first_event_to_text_ms"] = (text - event) * 1e3 \
+        if text is not None and event is not None else None
     return out
 
 

@@ -234,7 +234,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         ref = base.get((r["context"], r["mode"]))
         ratio = r["rps"] / ref if r["rps"] and ref else None
-        kib = r.get("req_bytes") / 1024 if r.get("req_bytes") else None
+        sent = r.get("req_bytes")
+        kib = sent / 1024 if sent else None
         lines.append(
             f"{r['tool']:<20} {r['context']:>8} {r['mode']:<6} {r['ok']:>5} {r['errors']:>4} "
             f"{fmt(r['rps'], '.1f'):>8} {fmt(ratio, '.2f'):>9} {fmt(r['cpu_us']):>8} "

@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 MODEL = "stub-model"
 #: the stub stands in for vLLM's API server and answers as it does (``server: uvicorn``): a
@@ -225,8 +225,9 @@ class StubServer:
                     writer.write(ev)
             so = req.get("stream_options") or {}
             if so.get("include_usage"):
-                u = {"id": "stub", "object": "chat.completion.chunk" if chat else "text_completion",
-                     "created": 0, "model": MODEL, "choices": [], "usage": _usage(ptoks, n)}
+                u: dict[str, Any] = {
+                    "id": "stub", "object": "chat.completion.chunk" if chat else "text_completion",
+                    "created": 0, "model": MODEL, "choices": [], "usage": _usage(ptoks, n)}
                 writer.write(_chunk(b"data: " + json.dumps(u, separators=(",", ":")).encode()
                                     + b"\n\n"))
             writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
