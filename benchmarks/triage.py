@@ -66,7 +66,8 @@ READ = {"heldout-2": (6, 7), "heldout-3": (6, 7), "heldout-4": (6, 7), "heldout-
         "heldout-13": (13, 14), "heldout-14": (14, 15), "heldout-15": (15, 16),
         "heldout-16": (16, 17), "heldout-17": (17, 18), "heldout-18": (18, 19),
         "heldout-19": (19, 20), "heldout-20": (20, 21),
-        "heldout-21": (21, 22), "heldout-22": (22, 23)}
+        "heldout-21": (21, 22), "heldout-22": (22, 23), "heldout-23": (23, 24),
+        "heldout-24": (23, 24)}
 
 
 def _held_out(row: dict[str, Any]) -> bool:

