@@ -164,6 +164,7 @@ ROUND_20 = "ce1d6dd"  # ... and round 20
 ROUND_21 = "61c44e1"  # ... and round 21
 ROUND_22 = "1bf7c7c"  # ... and round 22
 ROUND_23 = "5e311d3"  # ... and round 23
+ROUND_24 = "67fcc1a"  # ... and round 24
 #: fresh batches and the commit whose rules were frozen when each was collected: the batch's
 #: first contact is re-measured with exactly those rules (``--first-contact``)
 FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
@@ -173,7 +174,8 @@ FIRST_CONTACT = {"tune-7": "1e35f35", "tune-8": "6d7801d", "tune-9": "a4ff148",
                  "heldout-17": ROUND_17, "heldout-18": ROUND_18,
                  "heldout-19": ROUND_19, "heldout-20": ROUND_20,
                  "heldout-21": ROUND_21, "heldout-22": ROUND_22,
-                 "heldout-23": ROUND_23, "heldout-24": ROUND_23}
+                 "heldout-23": ROUND_23, "heldout-24": ROUND_23,
+                 "heldout-25": ROUND_24}
 
 _CLASSIFY_SPLIT = """
 import json, sys
