@@ -25,6 +25,15 @@ server's 0 %, not the peak; :func:`~pytest_k3accept.observe.load.peak.unmeasured
 With several engines the line lists each engine's free KV beside the fullest one's; a run on
 a server that also served other clients says so (its figures include their traffic).
 
+Unknown, never a pass, also when the run held on what was measured but a part of the
+judgement was not: preemptions not exported (they are the proof of a cache that filled
+between two samples), or the client itself was the limit in a way that offered less than
+the load (``summary["client_limited"]`` naming a schedule that fell behind or fewer requests
+in flight than asked, :func:`~pytest_k3accept.observe.load.saturation.offered_less`), as a
+partial run does. A client at a full core or with a late event loop that still offered the
+whole load leaves the judgement standing, with the note. A shortage in what was measured stays
+a failure.
+
 A partial run (a worker of a split run lost mid-run: ``summary["partial"]``, see
 docs/load.md "Past one process") offered less than the target load. Decision: headroom that
 held on it is **not** headroom at the target, so such a judgement is undecided (``ok is
@@ -178,8 +187,9 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
         reasons.append(f"error rate {error_rate:.1%} > allowed {max_error_rate:.1%} ({kinds})")
     if run.summary.get("latency_unreliable"):  # KV/queue figures are server-side: still valid
         notes.append(str(run.summary["latency_unreliable"]))
-    if run.summary.get("client_limited"):  # judged on the load the client managed to offer
-        notes.append(f"judged on a saturated client: {run.summary['client_limited']}")
+    limited = run.summary.get("client_limited")
+    if limited:  # judged on the load the client managed to offer
+        notes.append(f"judged on a saturated client: {limited}")
     partial = partial_note(run.summary)
     if partial:  # less than the target load was offered: a pass there is no pass
         notes.append(partial)
@@ -208,8 +218,9 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
     free_kv = max(0.0, 1.0 - peak)
     preempt_known = srv.get("preemptions")
     preempt = float(preempt_known or 0.0)
-    if preempt_known is None:
-        notes.append("preemptions not measured (vllm:num_preemptions not exported)")
+    unmeasured_parts: list[str] = []
+    if preempt_known is None:  # no proof either way of a cache that filled between samples
+        unmeasured_parts.append("preemptions not measured (vllm:num_preemptions not exported)")
     waiting = srv.get("sustained_waiting")
     if free_kv < min_free:
         how = (f"full: {preempt:g} preemptions, no sample caught the peak"
@@ -231,7 +242,16 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
     if held and partial:
         reasons.append(f"held on less than the target load, so not decided at the target "
                        f"({partial})")
-    return Verdict(False if not held else None if partial else True, tuple(reasons),
+    from ..observe.load.saturation import offered_less
+
+    short = offered_less(limited)
+    if held and short:
+        reasons.append("held on the load a saturated client managed to offer, so not "
+                       f"decided at the target ({limited})")
+    if held:
+        reasons.extend(unmeasured_parts)
+    undecided = held and bool(partial or short or unmeasured_parts)
+    return Verdict(False if not held else None if undecided else True, tuple(reasons),
                    free_kv=free_kv, peak_kv_usage=peak,
                    engine_kv=engine_kv,
                    preemptions=preempt, peak_waiting=srv.get("peak_waiting"),
@@ -241,6 +261,7 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
 
 #: how a judgement made on a partial run opens its note
 PARTIAL = "judged on a partial run: "
+
 
 
 def partial_note(summary: Mapping[str, Any]) -> str:

@@ -182,12 +182,16 @@ def outcome(summary: Mapping[str, Any], breaches: Sequence[Breach]) -> bool | No
     """The SLO judgement of a run from its :func:`check` breaches: False when a limit was
     breached (on a partial run too: a breach at a smaller load is a breach), None when it
     is unknown (only limits a buffered stream made unmeasurable, or none breached on a
-    partial run: met at less than the target load is not met), True when every limit held."""
+    partial run or by a client that offered less than the load: met at less than the target
+    load is not met), True when every limit held."""
     if unknown(breaches):
         return None
     if breaches:
         return False
-    return None if summary.get("partial") else True
+    from ..observe.load.saturation import offered_less
+
+    short = summary.get("partial") or offered_less(summary.get("client_limited"))
+    return None if short else True
 
 
 def unknown(breaches: Sequence[Breach]) -> bool:
@@ -206,6 +210,7 @@ def judged(summary: Mapping[str, Any], slo: SLO,
     recorded too, not only the breaches of :func:`check` (``ok`` None on a partial run:
     held at less than the target load)."""
     from ..observe.load import stats
+    from ..observe.load.saturation import offered_less
 
     breached = {b.name: b for b in check(summary, slo, records)}
     lim, out = slo.limits, []
@@ -225,7 +230,8 @@ def judged(summary: Mapping[str, Any], slo: SLO,
             name.startswith("goodput")) else stats.metric(summary, name)
         out.append({"name": name, "measured": measured, "required": required,
                     "direction": direction, "unit": unit, "note": _saturated(summary),
-                    "ok": None if summary.get("partial") else True})
+                    "ok": None if summary.get("partial") or offered_less(
+                        summary.get("client_limited")) else True})
     return out
 
 

@@ -61,6 +61,30 @@ def move(layers: Layers, layer: str | None) -> tuple[str, bool]:
             False)
 
 
+#: what to try before scaling, per capacity category (the seed's order for serving OOM)
+TUNE_FIRST: dict[str, str] = {
+    "serving-oom": ("Out of memory while serving: tune in order, one variable at a time on the "
+                    "same request set (context length first, then concurrency, then prefix "
+                    "caching), and re-measure; the lowered load that holds with headroom is "
+                    "the contract (accept-limits)."),
+    "kv-capacity-at-init": ("The KV cache could not be sized for the context at init: lower "
+                            "--max-model-len to the context the service needs, or give the KV "
+                            "cache more memory (--gpu-memory-utilization, "
+                            "--kv-cache-memory-bytes), and re-measure; lowering concurrency "
+                            "does not help at init."),
+}
+
+
+def tune_first(category: str, measured_below: bool) -> str:
+    """The tuning to try before scaling for a capacity failure; ``measured_below``: a load
+    below the target was measured (else scaling is said to rest on the target alone)."""
+    text = TUNE_FIRST.get(category, "")
+    if not measured_below:
+        text += (" No load below the target was measured, so 'scale' rests on the target "
+                 "alone: scale only if the target must hold as it is.")
+    return text.strip()
+
+
 def scale(layers: Layers) -> str:
     """Advice when the target load leaves no headroom."""
     if layers.is_fixed("network"):

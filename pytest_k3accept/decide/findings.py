@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..checks.slo import Breach
+from ..observe.load.saturation import offered_less
 from ..evidence.kinds import (EnvironmentCheck, HeadroomJudgement, LoadRun, PrefixCacheAB,
                               Procedure, ProcedureStep, Response, ServerClassification,
                               ServerTimeline, SloJudgement, typed_of)
@@ -65,11 +66,17 @@ class Run:
     """One measured load, with the limits its test set and the judgements of it.
 
     ``stable``: within the test's own limits (error rate, preemptions) and its SLOs, with at
-    least one success. ``has_headroom``: True/False when known, None when the peak KV usage
-    was not measured ("unknown", never "headroom OK"). ``partial``: a worker of the run was
-    lost mid-run (what it says), so it offered less than its load: a shortage measured on it
-    is still a shortage, but it never holds "with headroom" (docs/load.md, "Past one
-    process").
+    least one success. ``has_headroom``: True/False when known, None when any part of it was
+    not measured ("unknown", never "headroom OK"): the peak KV usage, the preemptions (a
+    ``/metrics`` without ``vllm:num_preemptions``), an SLO the run could not measure (a
+    buffered stream's TTFT). A shortage seen in what *was* measured (KV past ``1 -
+    min_free``, a queue past ``max_waiting``, errors, preemptions, a breached SLO) is False
+    whatever is unknown. ``partial``: a worker of the run was lost mid-run (what it says);
+    ``client_limited``: the client itself was the limit; when it offered less than the load
+    (fewer requests in flight, a schedule that fell behind:
+    :func:`~pytest_k3accept.observe.load.saturation.offered_less`) ... Either way the run offered less than its load:
+    a shortage measured on it is still a shortage, but it never holds "with headroom"
+    (docs/load.md, "Past one process", "When the client is the limit").
     """
 
     ref: Ref
@@ -93,6 +100,17 @@ class Run:
     slo_breaches: tuple[str, ...] = ()
     headroom_reasons: tuple[str, ...] = ()
     partial: str | None = None
+    #: how the client itself limited the run (None: it did not)
+    client_limited: str | None = None
+    #: False when the server did not export preemptions (``preemptions`` then reads 0)
+    preemptions_known: bool = True
+    #: requests queued for at least 1 s (None: not measured) and the test's limit for it
+    sustained_waiting: float | None = None
+    max_waiting: float | None = 0.0
+    #: an SLO limit that could not be measured (a buffered stream's TTFT): why
+    slo_unknown: tuple[str, ...] = ()
+    #: the context the run was asked for (its profile's), beside the measured one
+    asked_context_tokens: int | None = None
 
     @property
     def error_rate(self) -> float:
@@ -119,15 +137,43 @@ class Run:
 
     @property
     def has_headroom(self) -> bool | None:
-        """True/False when known: explicit judgement, else peak KV below ``1 - min_free``;
-        never True for a partial run (less than its load was offered: unknown)."""
+        """True/False when known: a shortage in what was measured is False (the explicit
+        judgement, else peak KV above ``1 - min_free`` or a lasting queue above
+        ``max_waiting``); True only when nothing was left unmeasured (:meth:`unknowns`
+        empty), else None."""
         if not self.stable:
             return False
-        if self.headroom is not None:
-            return None if self.partial and self.headroom else self.headroom
-        if self.partial or self.peak_kv is None:
-            return None
-        return self.peak_kv <= 1.0 - self.min_free
+        if self.headroom is False:
+            return False
+        if self.headroom is None:
+            if self.peak_kv is not None and self.peak_kv > 1.0 - self.min_free:
+                return False
+            if self.queued_too_long:
+                return False
+        return None if self.unknowns() else True
+
+    @property
+    def queued_too_long(self) -> bool:
+        """Requests queued for at least 1 s beyond the test's ``max_waiting``."""
+        return (self.max_waiting is not None and self.sustained_waiting is not None
+                and self.sustained_waiting > self.max_waiting)
+
+    def unknowns(self) -> list[str]:
+        """Why this run's headroom cannot be called held, one phrase each (empty: it can)."""
+        out: list[str] = []
+        if self.headroom is None:
+            if self.headroom_reasons:  # an undecided judgement says why
+                out.extend(self.headroom_reasons)
+            elif self.peak_kv is None:
+                out.append("peak KV usage not measured")
+            elif not self.preemptions_known:
+                out.append("preemptions not measured (vllm:num_preemptions not exported)")
+        out.extend(f"SLO not measured: {why}" for why in self.slo_unknown)
+        if self.partial:
+            out.append(f"judged on a partial run: {self.partial}")
+        if offered_less(self.client_limited):
+            out.append(f"the client was the limit, not the server: {self.client_limited}")
+        return out
 
     def label(self) -> str:
         """``concurrency 16, context 6000 tokens``; an unknown part is named as unknown."""
@@ -236,20 +282,32 @@ def run_of(run: LoadRun, ref: Ref) -> Run:
     """A :class:`Run` from typed load evidence (limits and judgements joined later)."""
     return Run(ref=ref, concurrency=run.concurrency, context_tokens=run.context_tokens,
                ok=run.ok, errors=run.errors, preemptions=run.preemptions or 0.0,
+               preemptions_known=run.preemptions is not None,
                peak_kv=run.peak_kv, failover=run.failover or run.load_factor > 1.0,
                target=run.target, error_kinds=tuple(sorted(run.errors_by_kind.items())),
                run_id=run.run_id, requests=run.requests, target_source=run.target_source,
-               partial=run.partial)
+               partial=run.partial, client_limited=run.client_limited,
+               sustained_waiting=run.sustained_waiting,
+               asked_context_tokens=run.asked_context_tokens)
 
 
 def _judged(run: Run, h: HeadroomJudgement) -> Run:
     return replace(run, headroom=h.ok, min_free=h.min_free, max_error_rate=h.max_error_rate,
-                   max_preemptions=h.max_preemptions, failover=run.failover or h.failover,
+                   max_preemptions=h.max_preemptions, max_waiting=h.max_waiting,
+                   failover=run.failover or h.failover,
                    target=True if run.target is None else run.target,
                    headroom_reasons=h.reasons)
 
 
 def _slo_judged(run: Run, j: SloJudgement) -> Run:
+    """Join an SLO judgement to its run: a breach stays a breach; an undecided judgement
+    (``ok`` None: a limit the run could not measure, or met only on a partial run) leaves the
+    SLO unknown, never met."""
+    if j.ok is None:
+        why = tuple(_breach_line(b) for b in j.breaches) or (
+            "the SLO judgement of this run was undecided",)
+        ok = False if run.slo_ok is False else None
+        return replace(run, slo_ok=ok, slo_unknown=run.slo_unknown + why)
     lines = tuple(_breach_line(b) for b in j.breaches)
     ok = j.ok if run.slo_ok is not False else False
     return replace(run, slo_ok=ok, slo_breaches=run.slo_breaches + lines)

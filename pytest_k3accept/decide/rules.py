@@ -52,7 +52,7 @@ class Case:
         self.conc = (self.target or {}).get("concurrency",
                                             ref_run.concurrency if ref_run else None)
         self.ctx = (self.target or {}).get("context_tokens",
-                                           ref_run.context_tokens if ref_run else None)
+                                           _ctx(ref_run) if ref_run else None)
         self.at_target = [r for r in runs if _at_target(r, self.conc, self.ctx)]
         self.reduced = [r for r in runs if r not in self.at_target]
 
@@ -186,6 +186,13 @@ def shortage(c: Case) -> Verdict | None:
     for ref in c.f.failed_unpaired:
         b.cite(ref, f"failed for a run not in the evidence: {ref.cite()}")
     for r in failing:
+        if _only_slo(r):  # headroom held: what failed is a latency limit
+            b.cite(r.ref, f"target {r.label()} breached its SLO with KV headroom left: "
+                          f"{r.figures()} {src(r)}")
+            b.advice.append("The SLO breached while the KV cache had headroom: look at the "
+                            "prefill side first (prefix caching on the shared prefix, chunked "
+                            "prefill, --max-num-batched-tokens) and re-measure before scaling.")
+            continue
         b.cite(r.ref, f"target {r.label()} did not hold with headroom: {r.figures()} {src(r)}")
         if r.failures and not c.f.capacity:
             kinds = ", ".join(f"{n} {k}" for k, n in r.failures.items())
@@ -206,6 +213,9 @@ def shortage(c: Case) -> Verdict | None:
             b.advice.append("Scaling past it: multi-node or another environment.")
         _retention(c)
         return b.done(ACCEPT_LIMITS, limits)
+    tried = [r for r in c.reduced if r.ok > 0]
+    for cat in dict.fromkeys(p.category for p in c.f.capacity):
+        b.advice.append(advice.tune_first(cat, measured_below=bool(tried)))
     b.advice.append(advice.scale(b.layers))
     _retention(c)
     return b.done(SCALE)
@@ -216,7 +226,7 @@ def target_not_set(c: Case) -> Verdict | None:
     that someone set (a profile, a preset's targets, marker values)."""
     good = [r for r in c.at_target if r.has_headroom is True]
     unset = [r for r in good if r.target_source == DEFAULT_TARGET]
-    if not (good and unset and c.target is None and all(r.stable for r in c.at_target)):
+    if not (good and unset and c.target is None and len(good) == len(c.at_target)):
         return None
     for r in unset:
         c.b.cite(r.ref, f"held at {r.label()}: {r.figures()} {src(r)}")
@@ -228,9 +238,11 @@ def target_not_set(c: Case) -> Verdict | None:
 
 
 def keep(c: Case) -> Verdict | None:
-    """Stable with headroom at the target load: keep the setup and strengthen monitoring."""
+    """Stable with headroom at the target load, every run at it measured whole (its peak
+    KV, preemptions, SLOs, a client that was not the limit): keep the setup and strengthen
+    monitoring."""
     good = [r for r in c.at_target if r.has_headroom is True]
-    if not (good and all(r.stable for r in c.at_target)):
+    if not good or len(good) != len(c.at_target):  # one run unknown: no keep
         return None
     for r in good:
         c.b.cite(r.ref, f"held with headroom at {r.label()}: {r.figures()} {src(r)}")
@@ -253,8 +265,11 @@ def not_measured(c: Case) -> Verdict | None:
     """The target load was not measured, or measured without a headroom figure: run it with
     k3_headroom before deciding."""
     for r in c.at_target or c.reduced:
-        c.b.cite(r.ref, f"{r.label()}: {r.figures()} {src(r)}")
-    c.b.reasons.append("the target load was not measured with its headroom (peak KV unknown)"
+        unknown = "; ".join(r.unknowns()) if r.has_headroom is None else ""
+        c.b.cite(r.ref, f"{r.label()}: {r.figures()}"
+                        f"{f'; unknown: {unknown}' if unknown else ''} {src(r)}")
+    c.b.reasons.append("the target load was not measured whole with its headroom (peak KV, "
+                       "preemptions, SLOs, a client that was not the limit)"
                        if c.at_target else "the target load was not measured")
     c.b.advice.append("Run the target load with k3_headroom (peak KV usage, preemptions, "
                       "errors) to decide between keep, accept-limits and scale.")
@@ -293,16 +308,37 @@ def src(r: fnd.Run) -> str:
     return f"[{r.ref.kind}{', ' + r.ref.nodeid if r.ref.nodeid else ''}]"
 
 
+def _only_slo(r: fnd.Run) -> bool:
+    """The run failed on its SLO alone: within its error and preemption limits, its
+    headroom judged held (or peak KV below the limit and no lasting queue)."""
+    if r.slo_ok is not False or r.ok == 0 or not r.within_limits:
+        return False
+    if r.headroom is not None:
+        return r.headroom is True
+    return (r.peak_kv is not None and r.peak_kv <= 1.0 - r.min_free
+            and not r.queued_too_long)
+
+
+def _ctx(r: fnd.Run) -> int | None:
+    """The context a run stands for: the larger of what it asked (a synthetic set's target)
+    and what its successful requests measured. A run whose long prompts all failed (timed
+    out, rejected with 400) asked for that context and failed at it; ranking it by what
+    survived would make the lighter run that held look like the target (a worse run, a
+    better verdict)."""
+    known = [c for c in (r.asked_context_tokens, r.context_tokens) if c is not None]
+    return max(known) if known else None
+
+
 def _heaviest(runs: Sequence[fnd.Run]) -> fnd.Run:
-    return max(runs, key=lambda r: ((r.concurrency or 0) * (r.context_tokens or 1),
-                                    r.context_tokens or 0, r.concurrency or 0))
+    return max(runs, key=lambda r: ((r.concurrency or 0) * (_ctx(r) or 1),
+                                    _ctx(r) or 0, r.concurrency or 0))
 
 
 def _at_target(r: fnd.Run, conc: int | None, ctx: int | None) -> bool:
     if r.target is not None:
         return bool(r.target)
     return ((conc is None or (r.concurrency or 0) >= conc)
-            and (ctx is None or (r.context_tokens or 0) >= ctx))
+            and (ctx is None or (_ctx(r) or 0) >= ctx))
 
 
 def rule_table() -> str:

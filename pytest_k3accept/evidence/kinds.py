@@ -93,6 +93,10 @@ class LoadRun(Kind):
     processes: int = 1
     #: which worker was lost mid-run and how (its records with it); None: none was
     partial: str | None = None
+    #: the context the run was asked for (a synthetic set's target); None: a team's request
+    #: set, whose longest prompt is what it asked. Picks the heaviest run as the target even
+    #: when failures shrank ``context_tokens`` (measured from successful requests only)
+    asked_context_tokens: int | None = None
 
     @property
     def error_rate(self) -> float:

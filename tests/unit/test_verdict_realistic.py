@@ -33,13 +33,14 @@ def statuses(**given: str) -> dict[str, str]:
 def run(run_id: str, conc: int = 64, ctx: int = 131072, *, requests: int = 1000,
         errors: int = 0, kind: str = "http-5xx", preempt: float = 0.0,
         peak: float | None = 0.62, target: bool | None = True,
-        source: str = SOURCE) -> Evidence:
-    """A load run as ``fixtures/load.py`` records it (typed, with a run id)."""
+        source: str = SOURCE, **more: Any) -> Evidence:
+    """A load run as ``fixtures/load.py`` records it (typed, with a run id; ``more``: any
+    other :class:`LoadRun` field)."""
     typed = LoadRun(run_id=run_id, profile_name="agent-128k", concurrency=conc,
                     context_tokens=ctx, requests=requests, ok=requests - errors, errors=errors,
                     errors_by_kind={kind: errors} if errors else {}, preemptions=preempt,
                     peak_kv=peak, peak_kv_from="samples", gauge_samples=240,
-                    target_source=source, target=target)
+                    target_source=source, target=target, **more)
     return Evidence(LoadRun.KIND, f"{run_id}: c{conc} ctx{ctx}", typed.to_data(), NODE,
                     typed=typed)
 
@@ -57,6 +58,20 @@ def slo(run_id: str, breaches: list[dict[str, Any]]) -> Evidence:
 
 TTFT_BREACH = {"name": "ttft_p99", "measured": 310.0, "required": 30.0, "direction": "max",
                "unit": "s", "note": ""}
+
+
+def slo_unknown(run_id: str) -> Evidence:
+    """The SLO judgement of a run whose TTFT a buffering proxy hid (``ok`` None)."""
+    breach = {"name": "ttft_p99", "measured": None, "required": 30.0, "direction": "max",
+              "unit": "s", "note": "buffered stream: TTFT not measurable"}
+    typed = SloJudgement(run_id, None, {"ttft_p99": 30.0}, (breach,))
+    return Evidence(SloJudgement.KIND, f"slo unknown for {run_id}", typed.to_data(), NODE,
+                    typed=typed)
+
+
+#: how the runner words a client that offered less than the load (observe.load.saturation)
+SHORT_CLIENT = ("the client itself was the limit: the client used 99% of one core, it kept "
+                "20.0 requests in flight of the 64 requested; the load offered may be less")
 
 
 def classification(category: str, line: str) -> Evidence:
@@ -296,7 +311,9 @@ def _evidence(spec: list[tuple[int, int, int, float, bool]]) -> list[Evidence]:
     return out
 
 
-FAILURES = st.sampled_from(["error", "preemption", "slo", "environment", "serving-oom"])
+FAILURES = st.sampled_from(["error", "preemption", "slo", "environment", "serving-oom",
+                            "slo-unknown", "preemptions-unknown", "client-short",
+                            "all-timed-out"])
 
 
 def _add_failure(ev: list[Evidence], what: str) -> list[Evidence]:
@@ -308,9 +325,18 @@ def _add_failure(ev: list[Evidence], what: str) -> list[Evidence]:
     rid = target[0].typed.run_id if target else "run-1"
     if what == "slo":
         return [*ev, slo(rid, [TTFT_BREACH])]
-    extra = (dict(errors=5, requests=100) if what == "error" else dict(preempt=3))
+    if what == "slo-unknown":  # a buffering proxy: TTFT not measurable
+        return [*ev, slo_unknown(rid)]
     base = target[0].typed if target else ev[0].typed
-    worse = run(rid, base.concurrency, base.context_tokens, target=base.target, **extra)
+    extra: dict[str, Any] = {
+        "error": dict(errors=5, requests=100), "preemption": dict(preempt=3),
+        "preemptions-unknown": dict(preempt=None),
+        "client-short": dict(client_limited=SHORT_CLIENT),
+        "all-timed-out": dict(errors=100, requests=100, kind="timeout"),
+    }[what]
+    ctx = None if what == "all-timed-out" else base.context_tokens  # measured: successes only
+    worse = run(rid, base.concurrency, ctx, target=base.target,
+                asked_context_tokens=base.context_tokens, **extra)
     return [worse if e.kind == "load" and e.typed.run_id == rid else e for e in ev]
 
 
@@ -466,3 +492,146 @@ def test_the_public_face_gives_the_types_a_suite_annotates_with() -> None:
                           "m for m in ('httpx', 'aiohttp', 'pynvml') if m in sys.modules))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+# -- what was not measured is unknown, never a pass (review of 2026-12-07) ------------------
+def test_an_slo_a_buffering_proxy_made_unmeasurable_is_undecided_never_keep() -> None:
+    v = decide(statuses(), [run("run-1"), judged("run-1", True), slo_unknown("run-1")])
+    assert v.name == UNDECIDED
+    assert any("SLO not measured" in r and "ttft_p99" in r for r in v.reasons), v.reasons
+
+
+def test_one_run_at_the_target_with_headroom_unknown_is_undecided_never_keep() -> None:
+    # replica B's /metrics could not be scraped: its run at the target has no peak
+    unknown = headroom_check.decide(_Srv(None))
+    ev = [run("run-1"), judged("run-1", True), run("run-2", peak=None),
+          judged("run-2", unknown.ok, reasons=unknown.reasons)]
+    v = decide(statuses(), ev)
+    assert unknown.ok is None and v.name == UNDECIDED
+    assert any("unknown: KV-cache usage not measured: metrics unavailable" in r
+               for r in v.reasons), v.reasons
+
+
+def test_a_failover_run_whose_survivor_was_not_scraped_is_undecided_never_keep() -> None:
+    h = headroom_check.decide(_Srv(None), load_factor=2.0, replicas=2)
+    ev = [run("run-1"), judged("run-1", True),
+          run("run-2", 128, peak=None, failover=True, load_factor=2.0),
+          judged("run-2", h.ok, failover=True, replicas=2)]
+    assert decide(statuses(C10="skip"), ev, audience="production").name == UNDECIDED
+
+
+def test_a_client_that_offered_less_than_the_load_is_no_headroom_pass() -> None:
+    h = headroom_check.decide(_Srv({"peak_kv_usage": 0.55}, client_limited=SHORT_CLIENT))
+    assert h.ok is None and any("saturated client" in r for r in h.reasons)
+    v = decide(statuses(), [run("run-1", peak=0.55, client_limited=SHORT_CLIENT),
+                            judged("run-1", h.ok, reasons=h.reasons)])
+    assert v.name == UNDECIDED
+    # a shortage measured even at the smaller load stays a shortage
+    full = headroom_check.decide(_Srv({"peak_kv_usage": 0.97}, client_limited=SHORT_CLIENT))
+    assert full.ok is False
+
+
+def test_a_client_at_a_full_core_that_offered_the_whole_load_keeps_its_pass() -> None:
+    hot = ("the client itself was the limit: the client used 97% of one core; the load "
+           "offered may be less than the profile asked for")
+    h = headroom_check.decide(_Srv({"peak_kv_usage": 0.55}, client_limited=hot))
+    assert h.ok is True and any("saturated client" in n for n in h.notes)
+
+
+def test_an_slo_met_by_a_client_that_offered_less_is_unknown() -> None:
+    from pytest_k3accept.checks import slo as slo_check
+
+    summary = {"client_limited": SHORT_CLIENT, "ttft": {"p99": 12.0}}
+    limits = slo_check.SLO.from_mapping({"ttft_p99": 30.0})
+    assert slo_check.outcome(summary, slo_check.check(summary, limits)) is None
+    breached = {"client_limited": SHORT_CLIENT, "ttft": {"p99": 45.0}}
+    assert slo_check.outcome(breached, slo_check.check(breached, limits)) is False
+
+
+def test_preemptions_not_exported_leave_headroom_unknown() -> None:
+    # the proof of a cache that filled between two samples is missing (a /metrics without
+    # vllm:num_preemptions): 85 % at the samples is no pass
+    h = headroom_check.decide(_Srv({"peak_kv_usage": 0.85, "preemptions": None}))
+    assert h.ok is None and any("preemptions not measured" in r for r in h.reasons)
+    v = decide(statuses(), [run("run-1", peak=0.85, preempt=None)],
+               target={"concurrency": 64, "context_tokens": 131072})
+    assert v.name == UNDECIDED
+    assert any("preemptions not measured" in r for r in v.reasons), v.reasons
+
+
+def test_most_metrics_samples_failed_is_peak_unknown() -> None:
+    h = headroom_check.decide(_Srv({"peak_kv_usage": 0.30, "gauge_samples": 1,
+                                    "gauge_busy_samples": 1, "gauge_sample_errors": 199,
+                                    "gauge_sample_error": "ReadTimeout"}))
+    assert h.ok is None
+    assert any("199 of 200 /metrics samples" in r and "ReadTimeout" in r for r in h.reasons)
+
+
+def test_a_plain_load_run_with_a_lasting_queue_has_no_headroom_as_k3_headroom_says() -> None:
+    srv = {"peak_kv_usage": 0.85, "sustained_waiting": 12.0, "peak_waiting": 20.0}
+    assert headroom_check.decide(_Srv(srv)).ok is False
+    v = decide(statuses(), [run("run-1", peak=0.85, target=None, sustained_waiting=12.0,
+                                source="profile file prod.toml")],
+               target={"concurrency": 64, "context_tokens": 131072})
+    assert v.name == SCALE
+
+
+@pytest.mark.parametrize("worse", ["every request timed out", "its long prompts got 400"])
+def test_a_heavier_run_that_failed_harder_never_makes_the_lighter_one_the_target(
+        worse: str) -> None:
+    # a k3_load sweep with no target set: the heaviest run is the target, by what it asked
+    # for, not by what its successful requests measured (failures shrink that)
+    src = "k3_load.run() values"
+    held = run("run-1", 64, 131072, target=None, source=src, asked_context_tokens=131072)
+    some = run("run-2", 128, 131072, errors=400, kind="timeout", peak=1.0, preempt=37,
+               target=None, source=src, asked_context_tokens=131072)
+    all_failed = (run("run-2", 128, None, errors=1000, kind="timeout", peak=1.0, preempt=80,
+                      target=None, source=src, asked_context_tokens=131072)
+                  if worse == "every request timed out" else
+                  run("run-2", 128, 32768, errors=500, kind="http-4xx", peak=0.97,
+                      preempt=12, target=None, source=src, asked_context_tokens=131072))
+    assert decide(statuses(), [held, some]).name == ACCEPT_LIMITS
+    v = decide(statuses(), [held, all_failed])
+    assert v.name == ACCEPT_LIMITS and v.limits["target_concurrency"] == 128
+
+
+def test_serving_oom_at_the_target_gives_the_tuning_order_before_scale() -> None:
+    v = decide(statuses(), [classification("serving-oom", "torch.OutOfMemoryError: CUDA out "
+                                           "of memory. Tried to allocate 2.00 GiB"),
+                            run("run-1", errors=180, peak=1.0)])
+    assert v.name == SCALE
+    first = v.advice[0]
+    assert first.index("context length") < first.index("concurrency") < first.index(
+        "prefix caching")
+    assert "No load below the target was measured" in first
+
+
+def test_kv_too_small_at_init_advises_max_model_len_before_scale() -> None:
+    v = decide(statuses(), [classification(
+        "kv-capacity-at-init", "ValueError: To serve at least one request with the models's "
+        "max seq len (131072), (16.0 GiB KV cache is needed, which is larger than the "
+        "available KV cache memory (9.2 GiB)")])
+    assert "--max-model-len" in v.advice[0] and v.advice[-1].startswith("Scale out")
+
+
+def test_an_slo_breach_with_headroom_left_points_at_prefill_not_only_at_scale() -> None:
+    v = decide(statuses(), [run("run-1", peak=0.55), judged("run-1", True),
+                            slo("run-1", [TTFT_BREACH])])
+    assert v.name == SCALE
+    assert any("breached its SLO with KV headroom left" in r for r in v.reasons)
+    assert any("prefill side" in a for a in v.advice)
+
+
+class _Srv:
+    """A finished run as ``checks.headroom.decide`` reads it (``LoadResult``'s fields)."""
+
+    def __init__(self, server: dict[str, Any] | None, **summary: Any) -> None:
+        base = {"peak_kv_usage": 0.62, "peak_kv_from": "samples", "preemptions": 0.0,
+                "gauge_samples": 240, "gauge_busy_samples": 240, "sustained_waiting": 0.0,
+                "peak_waiting": 0.0}
+        self.summary: dict[str, Any] = {"requests": 1000, "ok": 1000, "errors": 0,
+                                        "error_rate": 0.0, "errors_by_kind": {}, **summary}
+        self.server = None if server is None else {**base, **server}
+        self.server_error = None if server is not None else "metrics unavailable"
+        self.gpu: dict[str, Any] | None = None
+        self.endpoint = "http://k3:8000"

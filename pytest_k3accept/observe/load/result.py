@@ -249,7 +249,9 @@ class LoadResult:
             client_loop_lag=(float(s["client_loop_lag"]["max"]) if s.get("client_loop_lag")
                              else None),
             other_requests=self.other_clients.get("other_requests"),
-            processes=int(s.get("processes") or 1), partial=s.get("partial"))
+            processes=int(s.get("processes") or 1), partial=s.get("partial"),
+            asked_context_tokens=(self.profile.context_tokens
+                                  if self.request_set.get("synthetic") else None))
 
     def line(self) -> str:
         """One human line: counts, latencies and server figures."""

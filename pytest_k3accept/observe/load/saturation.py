@@ -68,14 +68,13 @@ def client_limit(*, concurrency: int | None, rate: float | None, started: int,
         signs.append(f"the client used {share:.0%} of one core")
     if rate is not None and lag is not None and span is not None:
         if lag >= MIN_LAG and lag > LAG_SHARE * span:
-            signs.append(f"its requests started up to {lag:.2f} s behind the {rate:g}/s "
+            signs.append(f"its requests started up to {lag:.2f} s {_BEHIND} {rate:g}/s "
                          f"schedule ({started} started in {elapsed:.1f} s, the schedule "
                          f"spanned {span:.1f} s)")
     elif concurrency and achieved and hot and started >= MIN_WAVES * concurrency:
         mean = float(achieved.get("mean") or 0.0)
         if mean < INFLIGHT_SHARE * concurrency:
-            signs.append(f"it kept {mean:.1f} requests in flight of the {concurrency} "
-                         "requested")
+            signs.append(f"it kept {mean:.1f} {_FEWER} {concurrency} requested")
     if loop_lag is not None and loop_lag >= MIN_LOOP_LAG:
         signs.append(f"its event loop ran up to {loop_lag:.2f} s late (a timer due every "
                      f"{_probe_ms()} ms; latencies read meanwhile are late by as much, as when "
@@ -85,6 +84,22 @@ def client_limit(*, concurrency: int | None, rate: float | None, started: int,
     return ("the client itself was the limit: " + ", ".join(signs) + "; the load offered "
             "may be less than the profile asked for and its latencies include the client's "
             "own queueing (spread the load over processes or machines)")
+
+
+#: the words of the two signs that say the load offered fell short of the profile's
+_BEHIND = "behind the"
+_FEWER = "requests in flight of the"
+
+
+def offered_less(limited: str | None) -> bool:
+    """True when a :func:`client_limit` sentence says the client offered less load than
+    asked (its schedule fell behind, or fewer requests in flight than the concurrency): a
+    headroom or SLO *pass* then describes a smaller load, so it is unknown at the target.
+    The other signs (a full core, a late event loop) leave the offered load whole and only
+    add the client's own queueing to latencies (a pass stays a pass, conservatively)."""
+    if not limited:
+        return False
+    return any(f" {w} " in limited for w in (_BEHIND, _FEWER))
 
 
 def _probe_ms() -> str:
