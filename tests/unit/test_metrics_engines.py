@@ -527,3 +527,53 @@ def test_failed_gauge_samples_say_why_the_peak_is_unknown() -> None:
     assert "none of the 1 gauge sample taken" in why
     assert why.endswith("; 7 samples of /metrics failed (first: ReadTimeout: timed out)")
     assert "failed" not in (unmeasured_peak({**srv, "gauge_sample_errors": 0}) or "")
+
+
+# -- two pages of two lifetimes (review of 2026-12-07): counter increases are unknown -------
+def _page(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_a_restart_between_the_two_scrapes_makes_counters_unknown_not_measured() -> None:
+    # the real page after load, from a process that started later (an OOM kill, a pod
+    # rescheduled between the baseline and the final scrape): its counters are no increase
+    after = _page("vllm-0.32-dp2-second-load.txt").replace(
+        "process_start_time_seconds 1.79612342864e+09",
+        "process_start_time_seconds 1.79612400000e+09")
+    d = Snapshot.parse(after, at=10.0) - snap("vllm-0.32-dp2-idle.txt")
+    assert d.prompt_tokens() is None and d.preemptions() is None
+    assert d.successes() == {} and d.histogram_mean("vllm:time_to_first_token_seconds") is None
+    assert d.histogram_over("vllm:request_queue_time_seconds", 1.0) is None
+    problems = d.as_dict()["problems"]
+    assert "restarted between the two scrapes" in problems["lifetime"]
+
+
+def test_another_pod_behind_the_same_url_is_told_by_its_created_series() -> None:
+    # same labels, another process: no process_start_time_seconds on either page, but each
+    # counter's _created differs
+    drop = "process_start_time_seconds"
+    before = "\n".join(ln for ln in _page("vllm-0.32-dp2-idle.txt").splitlines()
+                       if drop not in ln)
+    after = "\n".join(ln for ln in _page("vllm-0.32-dp2-second-load.txt").splitlines()
+                      if drop not in ln).replace(
+        'vllm:prompt_tokens_created{engine="0",model_name="k3-testbed"} 1.7961235432003841e+09',
+        'vllm:prompt_tokens_created{engine="0",model_name="k3-testbed"} 1.7961299999000000e+09')
+    assert "1.7961299999" in after
+    d = Snapshot.parse(after, at=10.0) - Snapshot.parse(before, at=0.0)
+    assert d.prompt_tokens() is None
+    assert "vllm:prompt_tokens_created changed" in d.as_dict()["problems"]["lifetime"]
+
+
+def test_another_data_parallel_rank_answering_is_told_by_its_missing_series() -> None:
+    # an external-LB API server exports only its own engines: the page after the run came
+    # from the one that manages engine 1 only
+    after = "\n".join(ln for ln in _page("vllm-0.32-dp2-second-load.txt").splitlines()
+                      if 'engine="0"' not in ln)
+    d = Snapshot.parse(after, at=10.0) - snap("vllm-0.32-dp2-idle.txt")
+    assert d.prompt_tokens() is None
+    assert "is gone from the second" in d.as_dict()["problems"]["lifetime"]
+
+
+def test_one_lifetime_is_measured_as_before() -> None:
+    d = snap("vllm-0.32-dp2-second-load.txt", 10.0) - snap("vllm-0.32-dp2-idle.txt")
+    assert d.lifetime_changed() is None and "lifetime" not in d.as_dict()["problems"]

@@ -186,9 +186,28 @@ class Delta:
         return total if math.isfinite(total) else math.nan
 
     def known(self, name: str) -> float | None:
-        """:meth:`increase`, or None when the server does not export ``name`` (unknown,
-        not zero)."""
-        return self.increase(name) if self.later.has(name) else None
+        """:meth:`increase`, or None when the server does not export ``name`` or the two
+        pages are not one server lifetime (:meth:`lifetime_changed`): unknown, not zero."""
+        if not self.later.has(name) or self.lifetime_changed():
+            return None
+        return self.increase(name)
+
+    def lifetime_changed(self) -> str | None:
+        """Why the two pages do not come from one lifetime of one server process (counter
+        increases between them then mean nothing), or None when nothing says so.
+
+        Read from what vLLM's pages carry: ``process_start_time_seconds`` changed (a restart
+        between the scrapes: an OOM kill, a rescheduled pod); a counter's ``_created``
+        changed for the same series (a restarted engine, another pod behind the same
+        Service URL); a counter series of the earlier page is gone from the later one
+        (another API server or data-parallel rank answered: counters never disappear within
+        a lifetime). Pages without these series (several API servers in one pod export no
+        ``_created``) cannot tell, and are taken as one lifetime."""
+        if self._lifetime is None:
+            object.__setattr__(self, "_lifetime", _lifetime_change(self.earlier, self.later))
+        return self._lifetime or None
+
+    _lifetime: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def per_engine(self, name: str) -> dict[str, float]:
         """Increase of a counter per engine (:func:`engine_key`)."""
@@ -224,8 +243,11 @@ class Delta:
         return hits / queries if queries and hits is not None else None
 
     def successes(self) -> dict[str, float]:
-        """``vllm:request_success_total`` increase per ``finished_reason``."""
+        """``vllm:request_success_total`` increase per ``finished_reason`` (empty when the
+        pages are not one lifetime: unknown)."""
         out: dict[str, float] = {}
+        if self.lifetime_changed():
+            return out
         for labels, _ in self.later.series("vllm:request_success_total"):
             reason = labels.get("finished_reason", "")
             if reason not in out:
@@ -240,14 +262,17 @@ class Delta:
 
     def histogram_over(self, name: str, bound: float) -> float | None:
         """How many observations of histogram ``name`` were above ``bound`` over the delta
-        (count increase minus the ``le=bound`` bucket's); None when no such bucket exists."""
+        (count increase minus the ``le=bound`` bucket's); None when no such bucket exists
+        or the pages are not one lifetime."""
         les = {lbl.get("le") for lbl, _ in self.later.series(f"{name}_bucket")}
         le = next((x for x in les if x is not None and number(x) == bound), None)
-        if le is None:
+        if le is None or self.lifetime_changed():
             return None
         return max(0.0, self.increase(f"{name}_count") - self.increase(f"{name}_bucket", le=le))
 
     def histogram_mean(self, name: str) -> float | None:
+        if self.lifetime_changed():
+            return None
         total, count = self.histogram(name)
         return total / count if count else None
 
@@ -256,6 +281,8 @@ class Delta:
         from its buckets' increases merged over engines (the same ``le`` added up),
         interpolated as PromQL's ``histogram_quantile``; None without buckets or
         observations."""
+        if self.lifetime_changed():
+            return None
         les = {lbl["le"] for lbl, _ in self.later.series(f"{name}_bucket") if "le" in lbl}
         buckets = {bound: self.increase(f"{name}_bucket", le=le) for le in les
                    if (bound := number(le)) is not None}
@@ -284,8 +311,49 @@ class Delta:
             "e2e_mean": self.histogram_mean("vllm:e2e_request_latency_seconds"),
             "missing": self.missing(),
             "aliased": dict(self.later.aliased),
-            "problems": {**self.earlier.problems, **self.later.problems},
+            "problems": {**self.earlier.problems, **self.later.problems,
+                         **({"lifetime": changed} if (changed := self.lifetime_changed())
+                            else {})},
         }
+
+
+#: a counter series whose increase is read: its family's ``_created`` tells its lifetime
+_COUNTED = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:num_preemptions",
+            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:request_success",
+            "vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds",
+            "vllm:e2e_request_latency_seconds")
+
+
+def _lifetime_change(earlier: Snapshot, later: Snapshot) -> str:
+    """:meth:`Delta.lifetime_changed`'s reason, ``""`` when none."""
+    start_a = earlier.value("process_start_time_seconds")
+    start_b = later.value("process_start_time_seconds")
+    if start_a is not None and start_b is not None and start_a != start_b:
+        return (f"the server process restarted between the two scrapes "
+                f"(process_start_time_seconds {start_a:.2f} -> {start_b:.2f}): counter "
+                "increases over the run are unknown")
+    for family in _COUNTED:
+        before = {tuple(sorted(lbl.items())): v
+                  for lbl, v in earlier.series(f"{family}_created")}
+        for lbl, v in later.series(f"{family}_created"):
+            was = before.get(tuple(sorted(lbl.items())))
+            if was is not None and was != v:
+                return (f"{family}_created changed between the two scrapes "
+                        f"({_labels(lbl)}: {was:.3f} -> {v:.3f}): another server lifetime "
+                        "(a restart, or another pod behind the same URL) answered; counter "
+                        "increases over the run are unknown")
+        name = family + ("_count" if family.endswith("_seconds") else "_total")
+        after = {tuple(sorted(lbl.items())) for lbl, _ in later.series(name)}
+        for lbl, _ in earlier.series(name):
+            if tuple(sorted(lbl.items())) not in after:
+                return (f"{name} {{{_labels(lbl)}}} of the first scrape is gone from the "
+                        "second: another API server, data-parallel rank or pod answered; "
+                        "counter increases over the run are unknown")
+    return ""
+
+
+def _labels(lbl: Mapping[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in sorted(lbl.items()))
 
 
 def not_exported(families: Iterable[str], version: str | None = None) -> str:
