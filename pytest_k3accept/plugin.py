@@ -70,8 +70,55 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = RunState(run_prefix=f"{worker}-" if worker else "")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> object:
+    """A usage error reaches the terminal (pytest prints it as ``ERROR: ...``) with secrets
+    redacted, as everything else the plugin writes: a key pasted into an option, a URL with
+    credentials or a token in its query, a request-set value quoted back."""
+    try:
+        return (yield)
+    except pytest.UsageError as exc:
+        from .fixtures.report import REDACTOR_KEY
+        from .output.redact import Redactor
+
+        pair = config.stash.get(REDACTOR_KEY, None)
+        red = pair[0] if pair else Redactor.from_settings(config.stash.get(SETTINGS_KEY, None))
+        clean = red.text(str(exc))
+        if clean == str(exc):
+            raise
+        raise pytest.UsageError(clean) from None
+
+
 @pytest.hookimpl(trylast=True, specname="pytest_configure")
 def pytest_configure_last(config: pytest.Config) -> None:
     exc = config.stash.get(_BAD_OPTION_KEY, None)
     if exc is not None:
         raise exc
+    _term_as_interrupt(config)
+
+
+def _term_as_interrupt(config: pytest.Config) -> None:
+    """SIGTERM (a CI runner cancelling the job, ``timeout``) ends the session as Ctrl-C does:
+    pytest finishes it, so the record, the report and the redacted server log are written
+    and the launched server is stopped, instead of the process dying with its results (and a
+    server log not yet redacted). Only where SIGTERM still has its default action (a handler
+    someone installed is left alone), only in the main thread, once: a second SIGTERM kills
+    as before."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt("SIGTERM")
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGTERM) is interrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    config.add_cleanup(restore)

@@ -28,6 +28,12 @@ TESTBED = "testbed"
 def _url(value: str, option: str) -> str:
     value = value.strip().rstrip("/")
     parts = urlsplit(value)
+    if parts.query or parts.fragment:  # never echoed: a query often carries a key
+        raise pytest.UsageError(
+            f"{option}: the URL has a query string or fragment, which an endpoint cannot "
+            "have (/v1/... is appended to it); give the key in K3ACCEPT_API_KEY (or the "
+            "variable named by --k3-api-key-env), not in the URL"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise pytest.UsageError(
             f"{option}: {value!r} is not an http(s) URL; expected e.g. http://host:8000"
@@ -62,9 +68,10 @@ def _positive(value: str, option: str) -> float:
 
 def _env_name(value: str, option: str) -> str:
     if not value or not value.replace("_", "a").isalnum() or value[0].isdigit():
-        raise pytest.UsageError(
-            f"{option}: {value!r} is not an environment variable name; pass the NAME of the "
-            "variable that holds the key (e.g. K3ACCEPT_API_KEY), never the key itself"
+        raise pytest.UsageError(  # the value is not shown: it may be the key itself
+            f"{option}: the value given ({len(value or '')} characters, not shown) is not an "
+            "environment variable name; pass the NAME of the variable that holds the key "
+            "(e.g. K3ACCEPT_API_KEY), never the key itself"
         )
     return value
 

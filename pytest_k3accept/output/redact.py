@@ -38,7 +38,7 @@ _WORDS = frozenset({
 })
 _SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 #: a last word that makes the name point AT a secret rather than hold one (``--k3-api-key-env``)
-_POINTERS = frozenset({"ENV", "NAME"})
+_POINTERS = frozenset({"ENV", "NAME", "ERROR", "EXCEPTION"})  # ... and KeyError is no key
 #: explicit secrets shorter than this are not replaced verbatim (they would shred the text)
 MIN_EXPLICIT = 4
 #: values of secret-named environment variables are learned only from this length on
@@ -46,7 +46,9 @@ MIN_HARVESTED = 8
 
 _SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # quoted, a one-element list, or a bare word that is not a call/index/attribute (code)
-_VALUE = (r"""(?:"[^"\n]*"|'[^'\n]*'|\[\s*(?:"[^"\n]*"|'[^'\n]*')\s*\]"""
+_QUOTED = r"""(?:"[^"\n]*"|'[^'\n]*')"""
+_VALUE = (r"""(?:"[^"\n]*"|'[^'\n]*'|\[\s*""" + _QUOTED + r"""(?:\s*,\s*""" + _QUOTED
+          + r""")*\s*\]"""
           r"""|[^\s,;}\])"'&(\[{]+(?![(\[{\w.-]))""")
 _ASSIGN = re.compile(
     r"""(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"""
@@ -63,7 +65,12 @@ _AUTH_HEADER = re.compile(
     r"""(?:(bearer|basic|digest|token|negotiate|ntlm|aws4-hmac-sha256|hoba|mutual)(\s+))?"""
     r"""(?(q)(?:(?!(?P=q))[^\r\n])+|[^\r\n]+)""")
 _AUTH_NAME = re.compile(r"(?i)(?:proxy-)?authorization")
-_URL_AUTH = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)(@)")
+#: URL credentials: ``user:pass@``, ``:pass@`` and a token as the user (``TOKEN@``): the
+#: user name is kept only beside a password, the rest is the credential
+_URL_AUTH = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:([^/\s:@?#]*):)?([^/\s@?#]+)(@)")
+#: a secret option's further values (vLLM's ``--api-key K1 K2``: a list)
+_OPTION_LIST = re.compile(r"(?<![\w-])(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>[ \t]+)"
+                          r"(?P<value>(?!-)[^\s\"'`]+(?:[ \t]+(?!-)[^\s\"'`]+)+)")
 _SHAPES = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -148,13 +155,21 @@ class Redactor:
         if secret and len(secret.strip()) >= MIN_EXPLICIT and secret.strip() != REDACTED:
             self._secrets.add(secret.strip())
 
-    def learn_command(self, command: str | Sequence[str]) -> None:
-        """Learn the values of secret arguments (``--api-key X``, ``TOKEN=X``) of a command."""
+    def learn_command(self, command: str | Sequence[str], _depth: int = 0) -> None:
+        """Learn the values of secret arguments (``--api-key X``, ``--api-key K1 K2``,
+        ``TOKEN=X``, and one inside another option's value: ``--env=VLLM_API_KEY=X``,
+        ``-e VLLM_API_KEY=X``) of a command."""
         text = command if isinstance(command, str) else " ".join(command)
+        for m in _OPTION_LIST.finditer(text):
+            if is_secret_name(m.group("name")):
+                for word in m.group("value").split():
+                    self.add(_unquote(word))
         for rx in (_OPTION, _ASSIGN):
             for m in rx.finditer(text):
                 if is_secret_name(m.group("name")):
                     self.add(_unquote(m.group("value")))
+                elif _depth < 4 and len(m.group("value")) < len(m.group(0)):
+                    self.learn_command(_unquote(m.group("value")), _depth + 1)
 
     def _verbatim(self, text: str) -> str:
         for secret in sorted(self._secrets, key=len, reverse=True):
@@ -175,14 +190,33 @@ class Redactor:
                       f"{REDACTED}", text)
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
-        def by_name(m: re.Match[str]) -> str:
-            if not is_secret_name(m.group("name")) or _AUTH_NAME.fullmatch(m.group("name")):
+        def by_name(m: re.Match[str], depth: int = 0) -> str:
+            head = m.group(0)[: m.start("value") - m.start(0)]
+            if _AUTH_NAME.fullmatch(m.group("name")):
                 return m.group(0)  # Authorization values: done above, scheme word kept
-            return m.group(0)[: m.start("value") - m.start(0)] + _mask(m.group("value"))
+            if is_secret_name(m.group("name")):
+                return head + _mask(m.group("value"))
+            if depth >= 4:
+                return m.group(0)
+            # not secret itself, but its value may hold one: ``error: api_key=X``,
+            # ``--env=VLLM_API_KEY=X``, ``endpoint=http://h/?token=X``
+            inner = m.group("value")
+            for rx in (_OPTION, _ASSIGN):
+                inner = rx.sub(lambda n: by_name(n, depth + 1), inner)
+            return head + inner
 
+        def by_list(m: re.Match[str]) -> str:
+            if not is_secret_name(m.group("name")):
+                return m.group(0)
+            words = re.sub(r"[^ \t]+", REDACTED, m.group("value"))
+            return m.group(0)[: m.start("value") - m.start(0)] + words
+
+        text = _OPTION_LIST.sub(by_list, text)
         text = _OPTION.sub(by_name, text)
         text = _ASSIGN.sub(by_name, text)
-        text = _URL_AUTH.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(3)}", text)
+        text = _URL_AUTH.sub(lambda m: (f"{m.group(1)}{m.group(2)}:{REDACTED}{m.group(4)}"
+                                        if m.group(2) else
+                                        f"{m.group(1)}{REDACTED}{m.group(4)}"), text)
         return _SHAPES.sub(REDACTED, text)
 
     def command(self, command: str) -> str:
@@ -196,9 +230,8 @@ class Redactor:
         out: list[str] = []
         hide_next = False
         for word in (str(w) for w in argv):
-            if hide_next and not word.startswith("--"):
-                out.append(REDACTED)
-                hide_next = False
+            if hide_next and not word.startswith("-"):
+                out.append(REDACTED)  # and the next: vLLM's --api-key takes a list
                 continue
             hide_next = False
             name, eq, _ = word.partition("=")

@@ -42,6 +42,17 @@ def test_plain_names(name: str) -> None:
     ("token hf_ABCDEFGHIJKLMNOPQRSTUV leaked", "hf_ABCDEFGHIJKLMNOPQRSTUV"),
     ("curl -H 'x-api-key: s3cr3t-value' http://h", "s3cr3t-value"),
     ("password = 'hunter2hunter2'", "hunter2hunter2"),
+    # found by the review of 2026-12-07: an assignment inside another name's value, the
+    # docker form of -e, vLLM's list of keys, URL credentials without a user name
+    ("Skipped: http://h:8000/?api_key=s3cr3t-value/v1/models answered HTTP 404",
+     "s3cr3t-value"),
+    ("EngineDeadError: api_key=s3cr3t-value (root cause above)", "s3cr3t-value"),
+    ("endpoint=http://h:8000/?token=s3cr3t-value", "s3cr3t-value"),
+    ("docker run --env=VLLM_API_KEY=s3cr3t-value vllm/vllm-openai", "s3cr3t-value"),
+    ("vllm serve m --api-key first-key-1 s3cr3t-value --port 8000", "s3cr3t-value"),
+    ("non-default args: {'api_key': ['first-key-1', 's3cr3t-value']}", "s3cr3t-value"),
+    ("base_url http://:s3cr3t-value@127.0.0.1:8000", "s3cr3t-value"),
+    ("base_url http://s3cr3t-value@127.0.0.1:8000/v1", "s3cr3t-value"),
 ])
 def test_text_patterns(text: str, secret: str) -> None:
     out = Redactor().text(text)
@@ -60,6 +71,8 @@ def test_text_patterns(text: str, secret: str) -> None:
     "test_secret.py:18: AssertionError",
     'KEY = os.environ["K3_TEST_KEY"]',
     "password = get_password()",
+    "KeyError: 'tokens'",  # a traceback's exception name is no secret's name
+    "see https://github.com/vllm-project/vllm/issues/39963 and git@github.com:x/y",
 ])
 def test_ordinary_text_is_untouched(text: str) -> None:
     assert Redactor().text(text) == text
@@ -167,3 +180,35 @@ def test_a_field_called_key_is_an_identifier_in_structured_data() -> None:
     assert r.data({"key": "sk-" + "a" * 24})["key"] == REDACTED
     assert r.data({"key": "launch-secret-77"})["key"] == REDACTED
     assert r.data({"api_key": "plain-value-1"})["api_key"] == REDACTED
+
+
+def test_learn_command_finds_secrets_inside_other_options_and_lists() -> None:
+    red = Redactor()
+    red.learn_command("docker run --env=VLLM_API_KEY=secret-one-1 -e HF_TOKEN=hf_secrettwo2 "
+                      "img vllm serve m --api-key secret-three-3 secret-four-4 --port 8000")
+    assert {"secret-one-1", "hf_secrettwo2", "secret-three-3", "secret-four-4"} <= red.secrets
+    assert red.argv(["vllm", "serve", "--api-key", "k1-secret", "k2-secret", "--port", "8000"]
+                    ) == ["vllm", "serve", "--api-key", REDACTED, REDACTED, "--port", "8000"]
+
+
+def test_a_usage_error_reaches_the_terminal_redacted(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--k3-endpoint", "ftp://user:s3cr3t-value@127.0.0.1:1")
+    assert result.ret == 4
+    text = result.stdout.str() + result.stderr.str()
+    assert "s3cr3t-value" not in text and "ftp://user:***@127.0.0.1:1" in text
+    pasted = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--k3-endpoint",
+                                           "http://127.0.0.1:1", "--k3-api-key-env",
+                                           "not a name s3cr3t-value")
+    text = pasted.stdout.str() + pasted.stderr.str()
+    assert pasted.ret == 4 and "s3cr3t-value" not in text and "not shown" in text
+
+
+def test_an_endpoint_with_a_query_string_is_refused_without_echoing_it(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--k3-endpoint", "http://127.0.0.1:1/?api_key=s3cr3t-value")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == 4 and "query string" in text and "s3cr3t-value" not in text

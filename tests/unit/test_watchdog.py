@@ -7,6 +7,7 @@ tested is our process-group cleanup, not vLLM. The same paths with the real test
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -99,11 +100,14 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
 
 
-def test_sigterm_to_pytest_leaves_no_launched_server(pytester: pytest.Pytester) -> None:
-    """What a CI runner (or ``timeout``) does to a job: SIGTERM, no teardown runs."""
+def test_sigterm_to_pytest_ends_the_session_as_ctrl_c_does(pytester: pytest.Pytester) -> None:
+    """What a CI runner (or ``timeout``) does to a job: SIGTERM. The session ends as on
+    Ctrl-C: the server is stopped, the record is written (interrupted) and the server log
+    the plugin wrote is redacted (vLLM prints its own ``--api-key``)."""
     port = free_port()
     responder = pytester.path / "responder.py"
-    responder.write_text(RESPONDER)
+    responder.write_text(RESPONDER.replace(
+        "http.server.HTTPServer(", "print('args:', sys.argv, flush=True)\nhttp.server.HTTPServer("))
     info = pytester.path / "pid"
     pytester.makepyfile(test_inner=f'''
 import time
@@ -115,8 +119,9 @@ def test_up(k3_server):
 ''')
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--k3-launch",
-         f"{sys.executable} {responder} {port}", "--k3-endpoint", f"http://127.0.0.1:{port}",
-         "--k3-artifacts=artifacts"], cwd=pytester.path, stdout=subprocess.DEVNULL,
+         f"{sys.executable} {responder} {port} --api-key SECRETsigterm42",
+         "--k3-endpoint", f"http://127.0.0.1:{port}", "--k3-artifacts=artifacts",
+         "--k3-record=record.json"], cwd=pytester.path, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
         end = time.monotonic() + 60
@@ -125,9 +130,15 @@ def test_up(k3_server):
         server = int(info.read_text())
         assert _alive(server)
         proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        assert proc.returncode == -signal.SIGTERM  # pytest died without its teardown ...
-        assert _gone_within([server], 15)  # ... and the watchdog stopped the server
+        proc.wait(60)
+        assert proc.returncode == 2  # pytest's "interrupted", after its teardown ...
+        assert _gone_within([server], 15)  # ... which stopped the server
+        record = json.loads((pytester.path / "record.json").read_text())
+        assert record["session"]["interrupted"] is True
+        logs = list((pytester.path / "artifacts").glob("server-*.log"))
+        assert logs and "args:" in logs[0].read_text()
+        assert not any("SECRETsigterm42" in p.read_text(errors="replace")
+                       for p in pytester.path.rglob("*") if p.is_file() and p.suffix != ".py")
     finally:
         if proc.poll() is None:
             proc.kill()
