@@ -210,10 +210,31 @@ def tokenize_counter(client: Any, tools: Sequence[dict[str, Any]] | None = None)
     extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
 
     async def count(messages: list[dict[str, Any]], generation_prompt: bool) -> int:
-        ids = await client.tokenize(messages=messages, add_generation_prompt=generation_prompt,
-                                    **extra)
+        try:
+            ids = await client.tokenize(messages=messages,
+                                        add_generation_prompt=generation_prompt, **extra)
+        except (KeyError, TypeError, ValueError, _status_error()) as exc:
+            raise SyntheticError(_no_tokenize(client, exc)) from None
         return len(ids)
     return count
+
+
+def _status_error() -> type[Exception]:
+    import httpx
+
+    return httpx.HTTPStatusError
+
+
+def _no_tokenize(client: Any, exc: Exception) -> str:
+    """Why the synthetic set cannot be built on this endpoint, in one line."""
+    import httpx
+
+    where = f"{getattr(client, 'base_url', '')}/tokenize"
+    got = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
+           else f"answered in another shape ({type(exc).__name__}: no 'tokens' list)")
+    return (f"synthetic requests are built to exact lengths with vLLM's POST /tokenize, and "
+            f"{where} {got}: a gateway or proxy in front of vLLM may not pass it; give the "
+            "profile a request_set file (or point --k3-endpoint at the vLLM server)")
 
 
 async def generate(client: Any, profile: LoadProfile, *, n: int | None = None,
