@@ -102,7 +102,34 @@ async def test_time_bound_cancels_in_flight_as_timeouts_and_stops() -> None:
     assert res.summary["errors_by_kind"]["timeout"] >= 1
     cut = [r for r in res.records if r.error_kind == "timeout"]
     assert "time bound" in (cut[0].error or "")
-    assert res.not_sent > 0 and res.summary["requests"] + res.not_sent == 1000
+    assert res.not_sent > 0
+    assert res.summary["requests"] + res.summary["cut"] + res.not_sent == 1000
+
+
+@pytest.mark.asyncio
+async def test_requests_cut_at_the_time_bound_are_not_errors_when_no_older_than_one_that_ended(
+        ) -> None:
+    # a soak bounded by time: every request takes ~0.05 s, the bound cuts the ones in flight;
+    # they are the harness's doing, not the server's: counted apart, the error rate stays 0
+    client = FakeClient(delay=0.05)
+    res = await run_load(client, rset(["a", "b"]),
+                         profile(concurrency=4, requests=10**6, max_seconds=0.5), metrics=False)
+    s = res.summary
+    assert res.stopped_by == "time" and s["cut"] >= 1
+    assert s["errors"] == 0 and s["error_rate"] == 0.0 and s["errors_by_kind"]["timeout"] == 0
+    cut = [r for r in res.records if r.error_kind == "cut"]
+    assert len(cut) == s["cut"] and "not counted as sent or as an error" in (cut[0].error or "")
+    assert s["requests"] + s["cut"] + res.not_sent == 10**6
+    assert f"{s['cut']} cut at the time bound" in res.line()
+
+
+def test_a_request_in_flight_longer_than_any_that_ended_is_a_timeout() -> None:
+    from pytest_k3accept.observe.load.runner import cut_record
+
+    p = profile(max_seconds=60.0)
+    assert cut_record(2.0, 3.0, p).error_kind == "cut"
+    assert cut_record(5.0, 3.0, p).error_kind == "timeout"  # late: the server stalled it
+    assert cut_record(0.5, 0.0, p).error_kind == "timeout"  # nothing ended: no yardstick
 
 
 @pytest.mark.asyncio

@@ -30,6 +30,12 @@ from pytest_k3accept.observe.load.store import FloatColumn, RecordStore
 from test_load_runner import FakeClient, profile, rset
 
 
+def _without_cut(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary less ``cut`` (requests cut at the time bound: newer than old_summarize)."""
+    assert summary.pop("cut") == 0
+    return summary
+
+
 def old_summarize(records: Sequence[Any], elapsed: float) -> dict[str, Any]:
     """stats.summarize before the store (6cf9301): lists of the ok records, several passes."""
     ok = [r for r in records if r.ok]
@@ -115,8 +121,8 @@ def test_a_spilled_store_summarises_exactly_like_the_list(
             assert spilled.spilled == (len(kept) >= memory)
             assert [_fields(r) for r in spilled] == [_fields(r) for r in kept]  # bit for bit
             want = old_summarize(kept, elapsed)
-            assert stats.summarize(kept, elapsed) == want
-            assert stats.summarize(spilled, elapsed) == want
+            assert _without_cut(stats.summarize(kept, elapsed)) == want
+            assert _without_cut(stats.summarize(spilled, elapsed)) == want
             lr = _result(spilled)
             assert lr.measured_context == old_measured_context(kept)
             assert lr.context_tokens == old_measured_context(kept)[0]
@@ -216,7 +222,7 @@ def test_a_full_disk_cuts_the_partial_frame_and_loses_nothing(
     assert len(s._frames) == 2 and s._file.size == sum(n for _, n in s._frames)
     assert "No space left on device" in (s.spill_error or "")
     assert [_fields(r) for r in s] == [_fields(r) for r in recs]
-    assert stats.summarize(s, 2.0) == old_summarize(recs, 2.0)
+    assert _without_cut(stats.summarize(s, 2.0)) == old_summarize(recs, 2.0)
 
 
 def _result(records: Any) -> LoadResult:
@@ -247,8 +253,10 @@ async def test_a_spilled_run_gives_the_figures_of_its_records(tiny: None) -> Non
                          profile(concurrency=3, requests=40, max_seconds=1.0), metrics=False)
     recs = list(res.records)
     assert res.records.spilled and len(recs) + res.not_sent == 40
-    assert {k: res.summary[k] for k in old_summarize(recs, res.elapsed)} == \
-        old_summarize(recs, res.elapsed)
+    sent = [r for r in recs if r.error_kind != "cut"]  # cut at the bound: counted apart
+    assert {k: res.summary[k] for k in old_summarize(sent, res.elapsed)} == \
+        old_summarize(sent, res.elapsed)
+    assert res.summary["cut"] == len(recs) - len(sent)
     assert res.summary["errors_by_kind"]["timeout"] >= 1
     assert 0 < res.achieved_concurrency["mean"] <= res.achieved_concurrency["max"] <= 3
     conv = await run_load(FakeClient(delay=0.001), rset(["t1", "t2", "t3"], conversation="c"),

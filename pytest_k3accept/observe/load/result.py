@@ -270,7 +270,9 @@ class LoadResult:
             srv = (f", peak KV {_pct(kv)}{f' (fullest engine; {each})' if each else ''}, "
                    f"{'unknown' if pre is None else f'{pre:.0f}'} preemptions")
         note = self.other_clients.get("note") if self.shared else ""
-        return (f"{self.profile.name}: {s['ok']}/{s['requests']} ok ({s['errors']} errors) in "
+        cut = f", {s['cut']} cut at the time bound" if s.get("cut") else ""
+        return (f"{self.profile.name}: {s['ok']}/{s['requests']} ok ({s['errors']} errors"
+                f"{cut}) in "
                 f"{self.elapsed:.1f} s, {s['request_throughput']:.2f} req/s, TTFT p99 "
                 f"{'unknown (buffered stream)' if buffered else _s(ttft)}, e2e p99 {_s(e2e)}, "
                 f"concurrency {self.achieved_concurrency['mean']:.1f} "

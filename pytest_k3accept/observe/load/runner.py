@@ -4,7 +4,11 @@ Closed loop (``concurrency`` workers, each sending its next unit as soon as the 
 finished) or open loop (Poisson arrivals at ``rate``, seeded, optionally capped at
 ``concurrency`` in flight). A unit is one request or one conversation (its turns in order).
 Every run is bounded by ``requests`` and by ``max_seconds``: at the time bound the runner
-stops sending and cancels what is in flight; cancelled requests count as ``timeout`` errors.
+stops sending and cancels what is in flight. A cancelled request that had been in flight no
+longer than the longest request that completed is ``cut`` (the harness ended it, not the
+server: not sent, not an error; a soak bounded by time always cuts some); one in flight
+longer than any that completed (or in a run where none completed) is a ``timeout`` error (a
+server that stopped answering).
 
 While it runs, a background task samples the server's KV-cache usage, running and waiting
 gauges from ``/metrics`` (a cheap line scan every ``sample_interval`` s) and reports
@@ -178,6 +182,9 @@ class _Run:
         #: None (a single-process run) keeps nothing more than the records
         self.outbox: list[tuple[int, float, float, RunRecord]] | None = None
         self.done = self.errors = self.in_flight = 0
+        #: the longest a successful request took (s): a request cut at the time bound
+        #: younger than this is cut, not late
+        self.longest_ok = 0.0
         #: open loop: how late the latest request started against its seeded arrival time,
         #: less the time spent waiting for a free slot of a concurrency cap (the server's
         #: doing), and the schedule's span; None in a closed loop
@@ -215,6 +222,8 @@ class _Run:
                                 stream=self.profile.stream, started_at=time.time())
         end, start = perf(), self.active.pop(slot)
         self.meter.end(end, start)
+        if res.ok and end - start > self.longest_ok:
+            self.longest_ok = end - start
         self.waiting[slot] = kept = RunRecord.of(res)  # the text, tool calls, error body go
         if self.outbox is not None:
             self.outbox.append((slot, start, end, kept))
@@ -304,15 +313,28 @@ class _Run:
                 start = self.active.pop(slot, None)
                 if start is None:
                     continue  # never started (a conversation's later turn): not sent
-                r = RunRecord(False, error_kind="timeout", stream=self.profile.stream,
-                              error="cancelled at the run's time bound (max_seconds = "
-                                    f"{self.profile.max_seconds:g} s)")
+                r = cut_record(t_end - start, self.longest_ok, self.profile)
                 self.meter.end(t_end, start)
                 if self.outbox is not None:
                     self.outbox.append((slot, start, t_end, r))
             self.records.append(r)
         self.flushed = self.high
         return self.records, self.meter, self.total - self.started
+
+
+def cut_record(age: float, longest_ok: float, profile: LoadProfile) -> RunRecord:
+    """The record of a request still in flight at the run's time bound, ``age`` seconds
+    after it started: ``cut`` (not an error) when a request that long completed, else a
+    ``timeout`` (longer than any that completed: the server was not answering it)."""
+    bound = f"at the run's time bound (max_seconds = {profile.max_seconds:g} s)"
+    if 0.0 < age <= longest_ok:
+        return RunRecord(False, error_kind=stats.CUT, stream=profile.stream,
+                         error=f"cut {bound} after {age:.1f} s in flight, no longer than the "
+                               f"longest request that completed ({longest_ok:.1f} s): not "
+                               "counted as sent or as an error")
+    return RunRecord(False, error_kind="timeout", stream=profile.stream,
+                     error=f"cancelled {bound} after {age:.1f} s in flight, longer than any "
+                           f"request that completed ({longest_ok:.1f} s)")
 
 
 async def run_load(target: "Endpoint | LoadClient", requests: Any, profile: LoadProfile, *,

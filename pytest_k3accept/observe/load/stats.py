@@ -22,6 +22,9 @@ PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 
 #: error classes (same as ``client.ERROR_KINDS``; repeated so this module imports no httpx)
 ERROR_KINDS: tuple[str, ...] = ("http-4xx", "http-5xx", "timeout", "connection", "protocol")
+#: the kind of a request the harness cut at the run's time bound while it was no older than
+#: the longest that completed (``runner.cut_record``): counted apart, neither sent nor failed
+CUT = "cut"
 
 
 class Record(Protocol):
@@ -227,7 +230,8 @@ def goodput(records: Sequence[Record], elapsed: float, *, ttft: float | None = N
 def summarize(records: Iterable[Record], elapsed: float) -> dict[str, Any]:
     """Summary of one run: counts, error classes, latency distributions and throughput.
 
-    Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``; seconds) come from successful
+    Requests cut at the time bound (:data:`CUT`) are counted in ``cut`` only, outside
+    ``requests`` and ``errors``. Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``; seconds) come from successful
     requests only; ITL pools every inter-token gap of every successful stream. When the
     streams arrived in one burst (a buffering proxy, :mod:`.buffering`), ``ttft``, ``itl``
     and ``tpot`` are None and ``latency_unreliable`` says why (e2e stays measured).
@@ -239,11 +243,14 @@ def summarize(records: Iterable[Record], elapsed: float) -> dict[str, Any]:
     """
     from . import buffering
 
-    n = n_ok = prompt = completion = cached = streams = bursts = 0
+    n = n_ok = prompt = completion = cached = streams = bursts = cut = 0
     errors = dict.fromkeys(ERROR_KINDS, 0)
     ttft, gaps, tpot, e2e = FloatColumn(), FloatColumn(), FloatColumn(), FloatColumn()
     try:
         for r in records:
+            if r.error_kind == CUT:  # the harness ended it at the time bound: not sent
+                cut += 1
+                continue
             n += 1
             if not r.ok:
                 kind = r.error_kind or "protocol"
@@ -274,6 +281,7 @@ def summarize(records: Iterable[Record], elapsed: float) -> dict[str, Any]:
             "errors": n - n_ok,
             "error_rate": (n - n_ok) / n if n else 0.0,
             "errors_by_kind": errors,
+            "cut": cut,
             "elapsed": elapsed,
             "ttft": None if unreliable else distribution(ttft),
             "itl": None if unreliable else distribution(gaps),
