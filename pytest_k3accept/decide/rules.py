@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from ..checks.registry import FAIL, ITEMS
+from ..checks.registry import FAIL, ITEMS, PASS
 from ..evidence.kinds import DEFAULT_TARGET
 from . import advice
 from . import findings as fnd
@@ -250,6 +250,12 @@ def keep(c: Case) -> Verdict | None:
                      ({"the session's profile"} if c.target is not None else set()))
     if sources:
         c.b.reasons.append("target set by: " + ", ".join(sources))
+    if c.audience == "production" and c.statuses.get("C10") != PASS:
+        c.b.reasons.append("failover headroom (C10) was not measured: this keep covers the "
+                           "target load, not the loss of a replica")
+        c.b.advice.append("Measure failover headroom (k3_headroom(failover=True) with every "
+                          "replica's --k3-endpoint, or replicas=N) before relying on this "
+                          "setup through a replica's loss.")
     for ref, ok in c.f.cache_ab:
         if not ok:
             c.b.cite(ref)
