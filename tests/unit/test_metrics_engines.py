@@ -577,3 +577,33 @@ def test_another_data_parallel_rank_answering_is_told_by_its_missing_series() ->
 def test_one_lifetime_is_measured_as_before() -> None:
     d = snap("vllm-0.32-dp2-second-load.txt", 10.0) - snap("vllm-0.32-dp2-idle.txt")
     assert d.lifetime_changed() is None and "lifetime" not in d.as_dict()["problems"]
+
+
+def test_a_replica_still_on_the_old_kv_name_keeps_its_reading_in_a_mixed_answer() -> None:
+    # a rolling upgrade seen through Prometheus: one pod exports only the old name
+    # (vllm:gpu_cache_usage_perc, before the rename), the other only the new one
+    t = lambda i: {"job": "vllm", "instance": i, "engine": "0", "model_name": "m"}  # noqa: E731
+    s = Snapshot.from_samples([("vllm:gpu_cache_usage_perc", t("10.0.0.1:8000"), 0.99),
+                               ("vllm:kv_cache_usage_perc", t("10.0.0.2:8000"), 0.20)], 0.0)
+    assert s.kv_cache_usage() == 0.99
+    assert sorted(s.kv_cache_usage_per_engine().values()) == [0.20, 0.99]
+    # one server exporting both names (0.9.2 - 0.11): only the current one is read
+    both = Snapshot.from_samples([("vllm:gpu_cache_usage_perc", t("10.0.0.1:8000"), 0.5),
+                                  ("vllm:kv_cache_usage_perc", t("10.0.0.1:8000"), 0.5)], 0.0)
+    assert both.kv_cache_usage() == 0.5 and both.aliased == {}
+
+
+def test_a_routers_page_adds_running_and_waiting_over_its_backends() -> None:
+    # vLLM production-stack's router re-exports the gauges one series per backend
+    # (label server=...): 48 + 50 + 47 running, 12 + 9 + 15 waiting, not the largest
+    from pytest_k3accept.observe.metrics.gauges import scan_gauges
+
+    page = "".join(
+        f'vllm:num_requests_running{{server="http://10.0.0.1{i}:8000"}} {r}\n'
+        f'vllm:num_requests_waiting{{server="http://10.0.0.1{i}:8000"}} {w}\n'
+        for i, (r, w) in enumerate([(48.0, 12.0), (50.0, 9.0), (47.0, 15.0)], 1))
+    page = ("# TYPE vllm:num_requests_running gauge\n# TYPE vllm:num_requests_waiting gauge\n"
+            + page)
+    snap = Snapshot.parse(page)
+    assert snap.running() == 145.0 and snap.waiting() == 36.0
+    assert scan_gauges(page) == {"running": 145.0, "waiting": 36.0}

@@ -133,6 +133,12 @@ def _families(text: str, openmetrics: bool, problems: dict[str, str]) -> Iterabl
             yield name, s.labels, float(s.value)
 
 
+#: the label the vLLM production-stack router puts on the gauges it re-exports, one series
+#: per backend (``vllm:num_requests_running{server="http://10.0.0.11:8000"}``): each backend
+#: is an engine of its own, so running / waiting add up over them and KV is the fullest
+BACKEND_LABEL = "server"
+
+
 def target(labels: Mapping[str, str]) -> str:
     """The scrape target a series came from through Prometheus (``job@instance``), ``""``
     for a page read directly."""
@@ -145,6 +151,9 @@ def engine_key(labels: Mapping[str, str], by_target: bool = False) -> str:
     by its :func:`target` when series of several scrape targets are mixed (a Prometheus
     holding more than one server, each with its own engine "0": scope it with a selector)."""
     engine = labels.get(ENGINE_LABEL, "")
+    backend = labels.get(BACKEND_LABEL)  # a router's page: one series per backend server
+    if backend:
+        engine = f"{backend}/{engine}" if engine else backend
     return f"{target(labels)}/{engine}" if by_target else engine
 
 

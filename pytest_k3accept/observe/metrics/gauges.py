@@ -22,6 +22,7 @@ _SCAN = {alias: (key, name != current) for current, key in GAUGES.items()
          for alias in (name, name.replace(":", "_"))}
 _SCAN_PREFIXES = tuple(_SCAN)
 _ENGINE = re.compile(r'(?:^|[{,])\s*engine="([^"]*)"')
+_BACKEND = re.compile(r'(?:^|[{,])\s*server="([^"]*)"')  # exposition.BACKEND_LABEL
 
 
 def fold_gauges(per_engine: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -61,6 +62,9 @@ def scan_engine_gauges(text: str) -> dict[str, dict[str, float]]:
             continue
         match = _ENGINE.search(line[brace:close]) if brace >= 0 else None
         engine = match.group(1) if match else ""
+        backend = _BACKEND.search(line[brace:close]) if brace >= 0 else None
+        if backend and backend.group(1):  # as exposition.engine_key keys it
+            engine = f"{backend.group(1)}/{engine}" if engine else backend.group(1)
         per = (older if found[1] else current).setdefault(found[0], {})
         per[engine] = max(per.get(engine, value), value)
     return {**older, **current}

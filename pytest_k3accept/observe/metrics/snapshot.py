@@ -53,9 +53,14 @@ class Snapshot:
         series of a PromQL answer), older names read as current ones."""
         rows = [(name, tuple(sorted(labels.items())), _finite(float(value)))
                 for name, labels, value in samples]
-        names = {name for name, _, _ in rows}
-        present = {fam for fam in RENAMED.values()
-                   if any(fam + suffix in names for suffix in _SUFFIXES)}
+        # which current families each scrape target exports (a PromQL answer may mix
+        # releases: one replica still on the old name during a rolling upgrade)
+        names: dict[str, set[str]] = {}
+        for name, labels, _ in rows:
+            names.setdefault(target(dict(labels)), set()).add(name)
+        present = {where: {fam for fam in RENAMED.values()
+                           if any(fam + suffix in got for suffix in _SUFFIXES)}
+                   for where, got in names.items()}
         aliased: dict[str, str] = {}
         said = dict(problems or {})
         out: dict[tuple[str, Labels], float] = {}
@@ -63,8 +68,8 @@ class Snapshot:
             old = _renamed(name)
             if old is not None:
                 family, name = old
-                if RENAMED[family] in present:
-                    continue  # the server exports the current family too: read only that
+                if RENAMED[family] in present[target(dict(labels))]:
+                    continue  # this server exports the current family too: read only that
                 aliased[family] = RENAMED[family]
             key = (name, labels)
             if key in out:  # the same series twice: keep the highest, and say so
