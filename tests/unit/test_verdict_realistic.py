@@ -666,35 +666,6 @@ def test_a_soak_cut_at_its_time_bound_is_not_failed_by_the_requests_the_harness_
     assert decide(statuses(), ev).name == KEEP
 
 
-def test_a_soak_cut_at_its_time_bound_is_not_failed_by_the_requests_the_harness_cut() -> None:
-    # an hour at 16 x 128K: 2000 answered, the 16 in flight at 3600 s cut by the runner (no
-    # older than the longest that completed): no error, headroom from the server's figures
-    from pytest_k3accept.observe.load import stats
-    from pytest_k3accept.observe.load.profile import LoadProfile
-    from pytest_k3accept.observe.load.result import LoadResult, RunRecord
-    from pytest_k3accept.observe.load.runner import cut_record
-
-    prof = LoadProfile(name="soak", concurrency=16, context_tokens=131072, requests=10**6,
-                       max_seconds=3600)
-    recs = [RunRecord(True, status=200, ttft=3.0, e2e=60.0, prompt_tokens=131072,
-                      completion_tokens=1024, itl=[0.05] * 10, stream=True)
-            for _ in range(2000)] + [cut_record(30.0, 60.0, prof) for _ in range(16)]
-    server = {**_Srv({}).server, "peak_kv_usage": 0.60}  # type: ignore[dict-item]
-    res = LoadResult(profile=prof, records=recs, elapsed=3600.0, started_at=0.0,
-                     stopped_by="time", not_sent=10**6 - 2016,
-                     summary=stats.summarize(recs, 3600.0),
-                     achieved_concurrency={"mean": 16.0, "max": 16.0},
-                     endpoint="http://k3:8000", mode="closed",
-                     request_set={"synthetic": True}, server=server)
-    assert res.summary["cut"] == 16 and res.summary["errors"] == 0
-    h = headroom_check.decide(res)
-    assert h.ok is True, h.reasons
-    typed = res.evidence("run-1", SOURCE, target=True)
-    ev = [Evidence(LoadRun.KIND, res.line(), typed.to_data(), NODE, typed=typed),
-          judged("run-1", h.ok)]
-    assert decide(statuses(), ev).name == KEEP
-
-
 def test_a_production_keep_without_failover_headroom_says_it_does_not_cover_a_replica_loss(
         ) -> None:
     v = decide(statuses(C9="pass", C10="skip"), [run("run-1"), judged("run-1", True)],
