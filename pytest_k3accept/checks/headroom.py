@@ -263,7 +263,6 @@ def decide(run: RunLike, *, min_free: float = 0.10, max_error_rate: float = 0.0,
 PARTIAL = "judged on a partial run: "
 
 
-
 def partial_note(summary: Mapping[str, Any]) -> str:
     """``judged on a partial run: <partial>`` for a run that lost a worker, else ``""``."""
     partial = summary.get("partial")

@@ -188,10 +188,16 @@ def outcome(summary: Mapping[str, Any], breaches: Sequence[Breach]) -> bool | No
         return None
     if breaches:
         return False
+    return None if offered_less_than_asked(summary) else True
+
+
+def offered_less_than_asked(summary: Mapping[str, Any]) -> bool:
+    """The run offered less than its load (a lost worker, or a client that fell short:
+    :func:`~pytest_k3accept.observe.load.saturation.offered_less`): limits met on it are
+    not met at the load."""
     from ..observe.load.saturation import offered_less
 
-    short = summary.get("partial") or offered_less(summary.get("client_limited"))
-    return None if short else True
+    return bool(summary.get("partial")) or offered_less(summary.get("client_limited"))
 
 
 def unknown(breaches: Sequence[Breach]) -> bool:
@@ -210,7 +216,6 @@ def judged(summary: Mapping[str, Any], slo: SLO,
     recorded too, not only the breaches of :func:`check` (``ok`` None on a partial run:
     held at less than the target load)."""
     from ..observe.load import stats
-    from ..observe.load.saturation import offered_less
 
     breached = {b.name: b for b in check(summary, slo, records)}
     lim, out = slo.limits, []
@@ -230,8 +235,7 @@ def judged(summary: Mapping[str, Any], slo: SLO,
             name.startswith("goodput")) else stats.metric(summary, name)
         out.append({"name": name, "measured": measured, "required": required,
                     "direction": direction, "unit": unit, "note": _saturated(summary),
-                    "ok": None if summary.get("partial") or offered_less(
-                        summary.get("client_limited")) else True})
+                    "ok": None if offered_less_than_asked(summary) else True})
     return out
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..checks.slo import Breach
-from ..observe.load.saturation import offered_less
 from ..evidence.kinds import (EnvironmentCheck, HeadroomJudgement, LoadRun, PrefixCacheAB,
                               Procedure, ProcedureStep, Response, ServerClassification,
                               ServerTimeline, SloJudgement, typed_of)
 from ..evidence.store import Evidence
+from ..observe.load.saturation import offered_less
 
 #: checklist item of an environment check -> the layer its fix needs
 ITEM_LAYER: dict[str, str] = {"C3": "container", "C4": "driver", "C5": "network"}
@@ -72,10 +72,10 @@ class Run:
     buffered stream's TTFT). A shortage seen in what *was* measured (KV past ``1 -
     min_free``, a queue past ``max_waiting``, errors, preemptions, a breached SLO) is False
     whatever is unknown. ``partial``: a worker of the run was lost mid-run (what it says);
-    ``client_limited``: the client itself was the limit; when it offered less than the load
-    (fewer requests in flight, a schedule that fell behind:
-    :func:`~pytest_k3accept.observe.load.saturation.offered_less`) ... Either way the run offered less than its load:
-    a shortage measured on it is still a shortage, but it never holds "with headroom"
+    ``client_limited``: the client itself was the limit, in a way that may have offered less
+    than the load (fewer requests in flight, a schedule that fell behind:
+    :func:`~pytest_k3accept.observe.load.saturation.offered_less`). A run that offered less
+    than its load keeps a shortage measured on it, but never holds "with headroom"
     (docs/load.md, "Past one process", "When the client is the limit").
     """
 

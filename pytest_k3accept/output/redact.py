@@ -45,10 +45,9 @@ MIN_EXPLICIT = 4
 MIN_HARVESTED = 8
 
 _SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
-# quoted, a one-element list, or a bare word that is not a call/index/attribute (code)
+# quoted, a list of quoted, or a bare word that is not a call/index/attribute (code)
 _QUOTED = r"""(?:"[^"\n]*"|'[^'\n]*')"""
-_VALUE = (r"""(?:"[^"\n]*"|'[^'\n]*'|\[\s*""" + _QUOTED + r"""(?:\s*,\s*""" + _QUOTED
-          + r""")*\s*\]"""
+_VALUE = (r"(?:" + _QUOTED + r"|\[\s*" + _QUOTED + r"(?:\s*,\s*" + _QUOTED + r")*\s*\]"
           r"""|[^\s,;}\])"'&(\[{]+(?![(\[{\w.-]))""")
 _ASSIGN = re.compile(
     r"""(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -212,3 +213,23 @@ def test_an_endpoint_with_a_query_string_is_refused_without_echoing_it(
         "-p", "no:cacheprovider", "--k3-endpoint", "http://127.0.0.1:1/?api_key=s3cr3t-value")
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == 4 and "query string" in text and "s3cr3t-value" not in text
+
+
+def test_a_server_log_in_the_fallback_directory_is_recognised_for_redaction(
+        tmp_path: Path) -> None:
+    # artifacts/ could not be written: the log went to a k3accept-artifacts-* temp dir, which
+    # the record's writer redacts as it does artifacts/
+    import tempfile
+
+    from pytest_k3accept.fixtures.server import _log_path, in_fallback_dir
+
+    blocked = tmp_path / "afile"
+    blocked.write_text("")
+    notes: list[str] = []
+    log = _log_path(blocked, notes).resolve()
+    try:
+        assert notes and in_fallback_dir(log)
+    finally:
+        log.parent.rmdir()
+    assert not in_fallback_dir(tmp_path / "artifacts" / "server-x.log")
+    assert not in_fallback_dir(Path(tempfile.gettempdir()) / "elsewhere" / "server-x.log")

@@ -231,8 +231,8 @@ def summarize(records: Iterable[Record], elapsed: float) -> dict[str, Any]:
     """Summary of one run: counts, error classes, latency distributions and throughput.
 
     Requests cut at the time bound (:data:`CUT`) are counted in ``cut`` only, outside
-    ``requests`` and ``errors``. Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``; seconds) come from successful
-    requests only; ITL pools every inter-token gap of every successful stream. When the
+    ``requests`` and ``errors``. Latency figures (``ttft``, ``itl``, ``tpot``, ``e2e``;
+    seconds) come from successful requests only; ITL pools every inter-token gap of every successful stream. When the
     streams arrived in one burst (a buffering proxy, :mod:`.buffering`), ``ttft``, ``itl``
     and ``tpot`` are None and ``latency_unreliable`` says why (e2e stays measured).
 

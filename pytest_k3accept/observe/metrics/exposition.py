@@ -150,11 +150,16 @@ def engine_key(labels: Mapping[str, str], by_target: bool = False) -> str:
     """The engine a series belongs to: its ``engine`` label (``""`` without one), prefixed
     by its :func:`target` when series of several scrape targets are mixed (a Prometheus
     holding more than one server, each with its own engine "0": scope it with a selector)."""
-    engine = labels.get(ENGINE_LABEL, "")
-    backend = labels.get(BACKEND_LABEL)  # a router's page: one series per backend server
-    if backend:
-        engine = f"{backend}/{engine}" if engine else backend
+    engine = backend_engine(labels.get(BACKEND_LABEL), labels.get(ENGINE_LABEL, ""))
     return f"{target(labels)}/{engine}" if by_target else engine
+
+
+def backend_engine(backend: str | None, engine: str) -> str:
+    """An engine's key on a router's page (:data:`BACKEND_LABEL`: ``backend/engine``, or
+    the backend alone), the engine's own elsewhere."""
+    if not backend:
+        return engine
+    return f"{backend}/{engine}" if engine else backend
 
 
 def number(text: str | None) -> float | None:

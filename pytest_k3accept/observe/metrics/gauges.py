@@ -7,7 +7,7 @@ import math
 import re
 from typing import Callable, Iterable, Mapping
 
-from .exposition import _ANY_TYPE, RENAMED
+from .exposition import _ANY_TYPE, RENAMED, backend_engine
 
 #: the gauges a sampler reads often, and the short names :func:`scan_gauges` gives them
 GAUGES = {"vllm:kv_cache_usage_perc": "kv", "vllm:num_requests_running": "running",
@@ -63,8 +63,7 @@ def scan_engine_gauges(text: str) -> dict[str, dict[str, float]]:
         match = _ENGINE.search(line[brace:close]) if brace >= 0 else None
         engine = match.group(1) if match else ""
         backend = _BACKEND.search(line[brace:close]) if brace >= 0 else None
-        if backend and backend.group(1):  # as exposition.engine_key keys it
-            engine = f"{backend.group(1)}/{engine}" if engine else backend.group(1)
+        engine = backend_engine(backend.group(1) if backend else None, engine)
         per = (older if found[1] else current).setdefault(found[0], {})
         per[engine] = max(per.get(engine, value), value)
     return {**older, **current}

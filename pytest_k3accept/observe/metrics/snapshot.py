@@ -7,6 +7,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from .exposition import (_SUFFIXES, ENGINE_LABEL, ENGINE_SERIES, RENAMED, Labels, Sample,
@@ -208,11 +209,12 @@ class Delta:
         (another API server or data-parallel rank answered: counters never disappear within
         a lifetime). Pages without these series (several API servers in one pod export no
         ``_created``) cannot tell, and are taken as one lifetime."""
-        if self._lifetime is None:
-            object.__setattr__(self, "_lifetime", _lifetime_change(self.earlier, self.later))
         return self._lifetime or None
 
-    _lifetime: str | None = field(default=None, init=False, repr=False, compare=False)
+    @cached_property
+    def _lifetime(self) -> str:
+        """:func:`_lifetime_change` of the two pages, read once (``""``: one lifetime)."""
+        return _lifetime_change(self.earlier, self.later)
 
     def per_engine(self, name: str) -> dict[str, float]:
         """Increase of a counter per engine (:func:`engine_key`)."""
